@@ -1,0 +1,269 @@
+"""The scripted model: a deterministic stand-in for the LLM behind a chat.
+
+By default a turn answers ``You said: "<plain text>"``, streamed as deltas, so
+every turn can be told apart. Directives (:mod:`.directives`) script tool
+calls, pacing and failures. The model drives the engine exactly as a worker
+would: stream deltas, commit each step, pause on client tools, then settle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+
+from .directives import DirectiveError, Script, ToolCall, parse
+from .engine import TIMED_OUT, Engine, Run, ToolOutcome
+from .records import Effect
+from .state import JSON, PendingCall
+
+STRUCTURED_OUTPUT = "structured_output"
+
+
+class Interrupted(Exception):
+    """The run saw an interrupt and must wind down."""
+
+
+async def drive(engine: Engine, run: Run, continuation: list[ToolOutcome] | None) -> None:
+    """Run one turn to its end, whatever ends it."""
+    try:
+        if engine.config.era_b.pending_status and run.chat.status == "pending":
+            await asyncio.sleep(0.01)
+            run.chat.status = "running"
+            engine.publish(run.chat)
+        if continuation is not None:
+            await _answer(engine, run, Script(), continuation, [])
+        else:
+            await _turn(engine, run)
+    except Interrupted:
+        await _wind_down(engine, run)
+
+
+async def _turn(engine: Engine, run: Run) -> None:
+    try:
+        script = parse(run.prompt)
+    except DirectiveError as exc:
+        engine.fail_turn(
+            run.chat, {"message": f"Simulator: {exc}", "kind": "config", "retryable": False}
+        )
+        return
+    await _pause(run, script.sleep)
+    ran_server: list[ToolCall] = []
+    for call in script.server_tools:
+        await _server_tool(engine, run, call)
+        ran_server.append(call)
+    outcomes: list[ToolOutcome] = []
+    if script.client_tools:
+        outcomes += await _client_tools(engine, run, script.client_tools)
+    if script.has_structured:
+        outcomes += await _client_tools(
+            engine, run, [ToolCall(STRUCTURED_OUTPUT, script.structured)]
+        )
+    if script.fail:
+        engine.fail_turn(run.chat, _failure(script.fail))
+        return
+    await _answer(engine, run, script, outcomes, ran_server)
+
+
+async def _answer(
+    engine: Engine, run: Run, script: Script, outcomes: list[ToolOutcome], ran: list[ToolCall]
+) -> None:
+    text = _compose(script, outcomes, ran)
+    count = script.deltas or engine.config.default_deltas
+    await _stream_text(engine, run, text, count)
+    engine.append(
+        run.chat,
+        "assistant",
+        [{"type": "text", "text": _padded(text, count)}],
+        usage=_usage(run.prompt, text),
+    )
+    engine.publish(run.chat)
+    await _pause(run, 0)
+    engine.finish_turn(run.chat)
+
+
+def _compose(script: Script, outcomes: list[ToolOutcome], ran: list[ToolCall]) -> str:
+    lines = [f"{c.name} ran on the server." for c in ran]
+    for o in outcomes:
+        verb = "failed" if o.is_error else "returned"
+        lines.append(f"{o.call.tool_name} {verb} {json.dumps(o.output)}.")
+    lines.append(f'You said: "{script.text}"')
+    return " ".join(lines)
+
+
+def _padded(text: str, count: int) -> str:
+    # Each delta carries at least one character, so a long /deltas pads with dots.
+    return text + "." * max(0, count - len(text))
+
+
+async def _stream_text(engine: Engine, run: Run, text: str, count: int) -> None:
+    text = _padded(text, count)
+    await _pause(run, engine.config.step_delay)
+    attempt = 1
+    while True:
+        retry = engine.faults.take_retry(run.chat.id)
+        chunks = _chunks(text, count)
+        for index, chunk in enumerate(chunks):
+            if retry and index == max(1, len(chunks) // 2):
+                break
+            engine.delta(run.chat, {"role": "assistant", "part": {"type": "text", "text": chunk}})
+            await _pause(run, engine.config.delta_interval)
+        else:
+            return
+        engine.retry_generation(run.chat, attempt)
+        attempt += 1
+
+
+def _chunks(text: str, count: int) -> list[str]:
+    count = max(1, min(count, len(text))) if text else 1
+    size, extra = divmod(len(text), count)
+    out, pos = [], 0
+    for index in range(count):
+        step = size + (1 if index < extra else 0)
+        out.append(text[pos : pos + step])
+        pos += step
+    return out
+
+
+async def _server_tool(engine: Engine, run: Run, call: ToolCall) -> None:
+    chat = run.chat
+    narration = f"Calling {call.name}."
+    await _stream_text(engine, run, narration, 1)
+    call_id = _call_id("srv")
+    engine.append(
+        chat,
+        "assistant",
+        [
+            {"type": "text", "text": narration},
+            {
+                "type": "tool-call",
+                "tool_call_id": call_id,
+                "tool_name": call.name,
+                "args": call.args,
+            },
+        ],
+        usage=_usage(run.prompt, narration),
+    )
+    engine.publish(chat)
+    engine.records.effects.append(Effect(chat.id, call_id, call.name, call.args))
+    result = {"ok": True, "tool": call.name, "effect": len(engine.records.effects)}
+    await _pause(run, engine.config.step_delay)
+    engine.append(
+        chat,
+        "tool",
+        [
+            {
+                "type": "tool-result",
+                "tool_call_id": call_id,
+                "tool_name": call.name,
+                "result": result,
+                "is_error": False,
+            },
+        ],
+    )
+    engine.publish(chat)
+
+
+async def _client_tools(engine: Engine, run: Run, calls: list[ToolCall]) -> list[ToolOutcome]:
+    """Call client tools, wait for their results; re-call once what timed out."""
+    outcomes = await _one_client_step(engine, run, calls)
+    if not engine.config.recall_timed_out_tools:
+        return outcomes
+    again = [
+        ToolCall(o.call.tool_name, o.call.args)
+        for o in outcomes
+        if o.synthetic and o.output == TIMED_OUT
+    ]
+    if again:
+        outcomes += await _one_client_step(engine, run, again)
+    return outcomes
+
+
+async def _one_client_step(engine: Engine, run: Run, calls: list[ToolCall]) -> list[ToolOutcome]:
+    chat = run.chat
+    pending = [PendingCall(_call_id("call"), c.name, c.args) for c in calls]
+    await _pause(run, engine.config.step_delay)
+    engine.append(
+        chat,
+        "assistant",
+        [
+            {
+                "type": "tool-call",
+                "tool_call_id": p.tool_call_id,
+                "tool_name": p.tool_name,
+                "args": p.args,
+            }
+            for p in pending
+        ],
+        usage=_usage(run.prompt, ""),
+    )
+    engine.publish(chat)
+    answer = engine.enter_requires_action(run, pending)
+    try:
+        return await asyncio.wait_for(asyncio.shield(answer), engine.config.tool_result_deadline)
+    except TimeoutError:
+        engine.time_out_pending(chat)
+        return await answer
+
+
+async def _pause(run: Run, seconds: float) -> None:
+    """Sleep, or stop at once when the run is interrupted."""
+    if run.interrupted.is_set():
+        raise Interrupted
+    if seconds <= 0:
+        await asyncio.sleep(0)
+    else:
+        try:
+            await asyncio.wait_for(run.interrupted.wait(), seconds)
+        except TimeoutError:
+            return
+    if run.interrupted.is_set():
+        raise Interrupted
+
+
+async def _wind_down(engine: Engine, run: Run) -> None:
+    """Commit what was generated so far after the wind-down time, then settle."""
+    await asyncio.sleep(engine.config.interrupt_winddown)
+    chat = run.chat
+    partial = "".join(d["part"].get("text", "") for d in chat.deltas)
+    if partial:
+        engine.append(
+            chat,
+            "assistant",
+            [{"type": "text", "text": partial}],
+            usage=_usage(run.prompt, partial),
+        )
+    engine.finish_turn(chat)
+
+
+def _failure(mode: str) -> JSON:
+    if mode == "retryable":
+        return {
+            "message": "The model provider is overloaded.",
+            "detail": "simulated /fail retryable",
+            "kind": "overloaded",
+            "provider": "simulator",
+            "retryable": True,
+            "status_code": 529,
+        }
+    return {
+        "message": "The model configuration is invalid.",
+        "detail": "simulated /fail fatal",
+        "kind": "config",
+        "provider": "simulator",
+        "retryable": False,
+        "status_code": 400,
+    }
+
+
+def _usage(prompt: str, text: str) -> JSON:
+    input_tokens, output_tokens = len(prompt.split()) + 10, len(text.split())
+    return {
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "total_tokens": input_tokens + output_tokens,
+    }
+
+
+def _call_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(8)}"

@@ -1,0 +1,228 @@
+"""Serving the simulator: in-process for tests and the demo, or as a command.
+
+``serve_simulator()`` starts uvicorn on a free loopback port inside the running
+event loop and yields a :class:`Simulator` handle: the base URL and token a
+client needs, plus the fault plan, the configuration and the ground-truth
+records for tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+
+from . import control
+from .admin import admin_routes
+from .config import SimulatorConfig
+from .engine import Engine
+from .faults import FaultPlan
+from .http import ChatApi, chat_routes
+from .records import Records
+from .state import Chat, Message
+
+
+def build_app(engine: Engine, cut: Any) -> Starlette:
+    """The whole ASGI app: both chat prefixes, the org model listing, the admin routes."""
+    api = ChatApi(engine, cut)
+
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return JSONResponse({"message": "Route not found."}, status_code=404)
+
+    routes: list[BaseRoute] = [
+        *chat_routes(api, "/api/v2/chats", experimental=False),
+        *chat_routes(api, "/api/experimental/chats", experimental=True),
+        Route(
+            "/api/v2/organizations/{org}/chats/models",
+            api.endpoint("model_configs", api.org_models),
+            methods=["GET"],
+        ),
+        Mount("/simulator/v1", routes=admin_routes(engine, api)),
+    ]
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
+    app.router.redirect_slashes = False
+    return app
+
+
+class _InProcessServer(uvicorn.Server):
+    """uvicorn without signal handlers: the host process owns its signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class Simulator:
+    """A running simulator: where to reach it, and its controls and records."""
+
+    def __init__(self, engine: Engine, base_url: str) -> None:
+        self.engine = engine
+        self.base_url = base_url
+
+    @property
+    def config(self) -> SimulatorConfig:
+        return self.engine.config
+
+    @property
+    def faults(self) -> FaultPlan:
+        return self.engine.faults
+
+    @property
+    def records(self) -> Records:
+        return self.engine.records
+
+    @property
+    def token(self) -> str:
+        return self.engine.config.token
+
+    @property
+    def organization_id(self) -> uuid.UUID:
+        return self.engine.config.organization_id
+
+    @property
+    def workspace_id(self) -> uuid.UUID:
+        """A workspace the simulator knows, for ``workspace_id`` on create."""
+        return sorted(self.engine.workspaces)[0]
+
+    @property
+    def mcp_server_id(self) -> uuid.UUID:
+        return sorted(self.engine.mcp_servers)[0]
+
+    def env(self) -> dict[str, str]:
+        """The three variables a client reads (``CODER_URL`` and friends)."""
+        return {
+            "CODER_URL": self.base_url,
+            "CODER_SESSION_TOKEN": self.token,
+            "CODER_ORG_ID": str(self.organization_id),
+        }
+
+    def chats(self, *, include_archived: bool = True) -> list[Chat]:
+        return [c for c in self.engine.chats.values() if include_archived or not c.archived]
+
+    def chat(self, chat_id: uuid.UUID | str) -> Chat:
+        return self.engine.chat(uuid.UUID(str(chat_id)))
+
+    def messages(self, chat_id: uuid.UUID | str) -> list[Message]:
+        """The chat's committed, client-visible messages, oldest first."""
+        return self.chat(chat_id).visible_messages()
+
+    def seed(self, count: int, **options: Any) -> list[uuid.UUID]:
+        return control.seed_chats(self.engine, count, **options)
+
+    def reset_history(self, chat_id: uuid.UUID | str) -> None:
+        control.reset_history(self.engine, self.chat(chat_id))
+
+    def revise_message(self, chat_id: uuid.UUID | str, message_id: int, text: str) -> Message:
+        return control.revise_message(self.engine, self.chat(chat_id), message_id, text)
+
+    def time_out_tools(self, chat_id: uuid.UUID | str) -> None:
+        """Act as if the server-side tool deadline passed now."""
+        self.engine.time_out_pending(self.chat(chat_id))
+
+    async def wait_for_status(
+        self, chat_id: uuid.UUID | str, *statuses: str, timeout: float = 10.0
+    ) -> Chat:
+        """Poll the records until the chat reaches one of ``statuses``."""
+        chat = self.chat(chat_id)
+        async with asyncio.timeout(timeout):
+            # Status lives in plain records, not behind an event: poll it.
+            while chat.status not in statuses:  # noqa: ASYNC110
+                await asyncio.sleep(0.005)
+        return chat
+
+    def __repr__(self) -> str:
+        return f"Simulator(base_url={self.base_url!r})"
+
+
+def _cutter(server: uvicorn.Server) -> Any:
+    def cut(client: tuple[str, int] | None) -> None:
+        for protocol in list(server.server_state.connections):
+            if client is not None and getattr(protocol, "client", None) == client:
+                transport = getattr(protocol, "transport", None)
+                if transport is not None:
+                    transport.abort()
+
+    return cut
+
+
+def _uvicorn_config(app: Starlette, host: str, port: int) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http="h11",
+        ws="websockets-sansio",
+        lifespan="off",
+        log_level="warning",
+        access_log=False,
+        ws_max_size=16 * 1024 * 1024,
+        timeout_graceful_shutdown=1,
+    )
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    sock.set_inheritable(True)
+    return sock
+
+
+def create(config: SimulatorConfig | None = None) -> tuple[Engine, Starlette, list[uvicorn.Server]]:
+    engine = Engine(config or SimulatorConfig(), FaultPlan())
+    holder: list[uvicorn.Server] = []
+    app = build_app(engine, lambda client: holder and _cutter(holder[0])(client))
+    return engine, app, holder
+
+
+@contextlib.asynccontextmanager
+async def serve_simulator(
+    config: SimulatorConfig | None = None, *, host: str = "127.0.0.1", port: int = 0
+) -> AsyncIterator[Simulator]:
+    """Run the simulator inside this event loop until the block exits."""
+    engine, app, holder = create(config)
+    sock = _bind(host, port)
+    server = _InProcessServer(_uvicorn_config(app, host, port))
+    holder.append(server)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.005)
+        bound_port = sock.getsockname()[1]
+        yield Simulator(engine, f"http://{host}:{bound_port}")
+    finally:
+        engine.faults.clear()
+        await engine.close()
+        server.should_exit = True
+        await task
+        sock.close()
+
+
+async def run_forever(config: SimulatorConfig, host: str, port: int, ready: Any) -> None:
+    """Serve until SIGINT/SIGTERM (the ``prefect-coder simulator`` command)."""
+    engine, app, holder = create(config)
+    sock = _bind(host, port)
+    server = uvicorn.Server(_uvicorn_config(app, host, port))
+    holder.append(server)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.005)
+    ready(f"http://{host}:{sock.getsockname()[1]}")
+    try:
+        await task
+    finally:
+        await engine.close()
+        sock.close()

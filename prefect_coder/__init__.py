@@ -1,0 +1,1 @@
+"""The ``prefect-coder`` command."""

@@ -1,0 +1,28 @@
+"""Shared fixtures: a fresh simulator per test, on real loopback sockets."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from coder_chat.simulator import Simulator, SimulatorConfig, serve_simulator
+
+
+def fast_config(**overrides: object) -> SimulatorConfig:
+    """Timings shrunk so every window of the real server takes milliseconds."""
+    config = SimulatorConfig(
+        tool_result_deadline=5.0,
+        interrupt_winddown=0.05,
+        delta_interval=0.0,
+        step_delay=0.0,
+    )
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    return config
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[Simulator]:
+    async with serve_simulator(fast_config()) as simulator:
+        yield simulator
