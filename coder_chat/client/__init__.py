@@ -1,0 +1,1 @@
+"""The only network code: REST over httpx, the chat stream over websockets."""

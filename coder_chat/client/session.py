@@ -1,0 +1,191 @@
+"""``ChatSession``: one Coder chat driven turn by turn, like the reference SDK's ``CoderAgent``.
+
+A session holds a pointer to a chat (``chat_id`` and the resume cursor
+``last_seen_message_id``), never the chat itself: all state lives on the server.
+Construction does no I/O. The first ``generate()`` creates the chat; later ones
+resume it, in this process or any other that was handed the pointer.
+
+Each ``generate()`` runs one turn as one or more *segments* (submit, then read
+the stream until the turn settles or pauses for client tools). ``request_timeout``
+bounds every segment, REST calls and redial backoff included; ``deadline``
+bounds the whole call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping, Sequence
+from typing import TypeVar
+
+from pydantic import BaseModel
+
+from ..errors import CoderApiError, CoderConfigError, CoderError
+from .events import TransportCallback
+from .rest import ChatClient
+from .results import TurnResult
+from .tools import ClientTool, ToolFunction, client_tool
+from .turn import Turn, TurnOptions
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ChatSession:
+    """A durable pointer to one chat, and the machinery to run turns on it."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        token: str,
+        organization_id: str,
+        chat_id: str | None = None,
+        last_seen_message_id: int | None = None,
+        tools: Sequence[ToolFunction | ClientTool] = (),
+        labels: Mapping[str, str] | None = None,
+        system_prompt: str | None = None,
+        request_timeout: float = 300.0,
+        workspace_id: str | None = None,
+        mcp_server_ids: Sequence[str] | None = None,
+        model_config_id: str | None = None,
+        on_transport_event: TransportCallback | None = None,
+        redial_initial: float = 1.0,
+        redial_max_failures: int = 5,
+        action_grace: float = 2.0,
+        archive_retry_interval: float = 1.0,
+        archive_window: float = 15.0,
+        interrupt_timeout: float = 15.0,
+        client: ChatClient | None = None,
+    ) -> None:
+        if last_seen_message_id is not None:
+            if (
+                isinstance(last_seen_message_id, bool)
+                or not isinstance(last_seen_message_id, int)
+                or last_seen_message_id < 1
+            ):
+                raise CoderConfigError("last_seen_message_id must be a positive integer")
+            if chat_id is None:
+                raise CoderConfigError("last_seen_message_id needs the chat_id it belongs to")
+        if not organization_id:
+            raise CoderConfigError("organization_id is required")
+        if request_timeout <= 0:
+            raise CoderConfigError("request_timeout must be positive")
+        self.chat_id = chat_id
+        self.last_known_chat_id = chat_id
+        self.last_seen_message_id = last_seen_message_id
+        self.organization_id = organization_id
+        self.tools = [client_tool(t) for t in tools]
+        self.options = TurnOptions(
+            labels=dict(labels or {}),
+            system_prompt=system_prompt,
+            request_timeout=request_timeout,
+            workspace_id=workspace_id,
+            mcp_server_ids=list(mcp_server_ids or []),
+            model_config_id=model_config_id,
+            redial_initial=redial_initial,
+            redial_max_failures=redial_max_failures,
+            action_grace=action_grace,
+            interrupt_timeout=interrupt_timeout,
+        )
+        self.archive_retry_interval = archive_retry_interval
+        self.archive_window = archive_window
+        self.client = client or ChatClient(
+            base_url=base_url, token=token, on_transport_event=on_transport_event
+        )
+        self._busy = False
+        self._segments = 0
+
+    def __repr__(self) -> str:
+        return f"ChatSession(chat_id={self.chat_id!r}, last_seen_message_id={self.last_seen_message_id!r})"
+
+    # -- turns -----------------------------------------------------------------------
+    async def generate(
+        self,
+        prompt: str,
+        *,
+        deadline: float | None = None,
+        output_type: type[BaseModel] | None = None,
+    ) -> TurnResult:
+        """Run one turn to its end and return its result.
+
+        Raises :class:`CoderChatError` when the turn ends in ``error`` or a segment
+        times out (``kind="timeout"``), :class:`CoderStreamError` when the stream
+        cannot be re-established, :class:`CoderApiError` for a rejected request,
+        and the built-in ``TimeoutError`` when ``deadline`` expires. On a timeout,
+        a deadline or cancellation, the server run is interrupted best-effort.
+        """
+        if self._busy:
+            raise CoderError("this ChatSession is already running a turn; run turns one at a time")
+        if not prompt.strip():
+            raise CoderConfigError("prompt must not be empty")
+        self._busy = True
+        turn = Turn(self, prompt, output_type)
+        try:
+            if deadline is None:
+                return await turn.run()
+            async with asyncio.timeout(deadline):
+                return await turn.run()
+        except (TimeoutError, asyncio.CancelledError):
+            await asyncio.shield(self._interrupt_quietly())
+            raise
+        finally:
+            self._busy = False
+
+    def next_segment(self) -> int:
+        self._segments += 1
+        return self._segments
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def interrupt(self) -> None:
+        """Ask the server to stop the chat's run. A 409 (nothing running) is raised."""
+        target = self.chat_id or self.last_known_chat_id
+        if target is None:
+            return
+        await self.client.interrupt_chat(target)
+
+    async def _interrupt_quietly(self) -> None:
+        with contextlib.suppress(CoderError, TimeoutError):
+            async with asyncio.timeout(self.options.interrupt_timeout):
+                await self.interrupt()
+
+    async def archive(self) -> None:
+        """Archive the chat, retrying its 409 while a run winds down; archived already is done.
+
+        The session keeps its ``chat_id``. An archived chat cannot be resumed, so a
+        durable workflow archives once, at its end, never per step.
+        """
+        target = self.chat_id or self.last_known_chat_id
+        if target is None:
+            return
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + self.archive_window
+        while True:
+            try:
+                await self.client.archive_chat(target)
+                return
+            except CoderApiError as exc:
+                if exc.status == 400 and "already archived" in exc.message:
+                    return
+                if exc.status != 409 or loop.time() >= give_up:
+                    raise
+            await asyncio.sleep(self.archive_retry_interval)
+
+    async def aclose(self) -> None:
+        """Release the HTTP connections (the chat itself is left as it is)."""
+        await self.client.aclose()
+
+    async def __aenter__(self) -> ChatSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        """Interrupt and archive the chat, then close.
+
+        Convenient for one-off scripts, and wrong for durable steps: archiving ends
+        resumability, so a workflow must not use ``async with`` per step.
+        """
+        try:
+            await self._interrupt_quietly()
+            with contextlib.suppress(CoderError, TimeoutError):
+                await self.archive()
+        finally:
+            await self.aclose()

@@ -1,0 +1,115 @@
+"""Client tools from plain async callables.
+
+The tool's name is the function's name, its description the docstring, and its
+JSON schema comes from the typed parameters (through a pydantic model, which
+also validates the model's arguments before the function runs). A parameter
+named ``idempotency_key`` is left out of the schema: the session passes the key
+``<organization>/<chat_id>/<tool_call_id>`` there, so an external system can
+de-duplicate a re-driven call.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import typing
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model
+
+from ..errors import CoderConfigError
+from ..protocol.models import DynamicTool
+from ..protocol.transcript import STRUCTURED_OUTPUT, call_args
+
+IDEMPOTENCY_KEY = "idempotency_key"
+ToolFunction = Callable[..., Awaitable[Any]]
+
+
+class ToolArgumentsError(ValueError):
+    """The model's arguments do not fit the tool's parameters."""
+
+
+@dataclass(frozen=True)
+class ClientTool:
+    """A callable the model may call, with its declaration and argument validator."""
+
+    name: str
+    description: str
+    arguments: type[BaseModel]
+    function: ToolFunction | None
+    takes_idempotency_key: bool = False
+
+    def declaration(self) -> DynamicTool:
+        schema = self.arguments.model_json_schema()
+        schema.pop("title", None)
+        return DynamicTool(name=self.name, description=self.description, input_schema=schema)
+
+    def validate(self, raw_args: Any) -> BaseModel:
+        try:
+            return self.arguments.model_validate(call_args(raw_args))
+        except ValidationError as exc:
+            raise ToolArgumentsError(_summary(exc)) from None
+
+    async def invoke(self, args: BaseModel, idempotency_key: str) -> Any:
+        if self.function is None:
+            raise CoderConfigError(f"tool {self.name} has no function to call")
+        kwargs = {name: getattr(args, name) for name in type(args).model_fields}
+        if self.takes_idempotency_key:
+            kwargs[IDEMPOTENCY_KEY] = idempotency_key
+        return await self.function(**kwargs)
+
+
+def client_tool(function: ToolFunction | ClientTool) -> ClientTool:
+    """Describe an async callable as a client tool."""
+    if isinstance(function, ClientTool):
+        return function
+    if not inspect.iscoroutinefunction(function):
+        raise CoderConfigError(
+            f"tool {getattr(function, '__name__', function)!r} must be an async function"
+        )
+    name = function.__name__
+    hints = typing.get_type_hints(function)
+    fields: dict[str, Any] = {}
+    takes_key = False
+    for param in inspect.signature(function).parameters.values():
+        if param.name == IDEMPOTENCY_KEY:
+            takes_key = True
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise CoderConfigError(f"tool {name}: *args/**kwargs cannot be described to the model")
+        annotation = hints.get(param.name, Any)
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, default)
+    model = create_model(f"{name}_arguments", __config__=ConfigDict(extra="forbid"), **fields)
+    description = inspect.getdoc(function) or ""
+    return ClientTool(name, description, model, function, takes_key)
+
+
+def structured_output_tool(model: type[BaseModel]) -> ClientTool:
+    """The ``structured_output`` tool: the model answers by calling it with ``model``'s fields."""
+    return ClientTool(
+        STRUCTURED_OUTPUT,
+        f"Call this exactly once with your final answer, matching the {model.__name__} schema.",
+        model,
+        None,
+    )
+
+
+def tool_output(value: Any) -> Any:
+    """A tool's return value as JSON the server accepts."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return value
+
+
+def _summary(exc: ValidationError) -> str:
+    problems = [
+        f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors()
+    ]
+    return "invalid arguments: " + "; ".join(problems)

@@ -1,0 +1,324 @@
+"""One turn of a :class:`ChatSession`, segment by segment.
+
+Segment 1 submits the prompt (creating the chat on the first turn); each later
+segment submits client-tool results. Every segment then reads the chat's stream
+until the turn settles (``stop``/``error``) or pauses for client tools
+(``tool-calls``). One stream serves the whole turn, so a pause keeps its socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from ..errors import CoderChatError, CoderError, CoderStreamError
+from ..protocol.models import ChatErrorInfo, ToolCallRequest
+from ..protocol.transcript import pending_client_calls, structured_output, to_transcript
+from ..protocol.translator import TurnTranslator
+from .events import SegmentSettle, SegmentStart
+from .results import TurnResult, build_steps, turn_text
+from .stream import ChatStream
+from .tools import ClientTool, ToolArgumentsError, structured_output_tool, tool_output
+
+if TYPE_CHECKING:
+    from .session import ChatSession
+
+
+@dataclass
+class TurnOptions:
+    labels: dict[str, str] = field(default_factory=dict)
+    system_prompt: str | None = None
+    request_timeout: float = 300.0
+    workspace_id: str | None = None
+    mcp_server_ids: list[str] = field(default_factory=list)
+    model_config_id: str | None = None
+    redial_initial: float = 1.0
+    redial_max_failures: int = 5
+    action_grace: float = 2.0
+    interrupt_timeout: float = 15.0
+
+
+class Turn:
+    def __init__(
+        self, session: ChatSession, prompt: str, output_type: type[BaseModel] | None
+    ) -> None:
+        self.session = session
+        self.prompt = prompt
+        self.output_type = output_type
+        self.tools: dict[str, ClientTool] = {t.name: t for t in session.tools}
+        if output_type is not None:
+            self.tools["structured_output"] = structured_output_tool(output_type)
+        self.translator = TurnTranslator(client_tools=frozenset(self.tools))
+        self.stream: ChatStream | None = None
+        self.created_chat = False
+        self.queued_id: int | None = None
+        self.structured: BaseModel | None = None
+
+    @property
+    def client(self) -> Any:
+        return self.session.client
+
+    @property
+    def options(self) -> TurnOptions:
+        return self.session.options
+
+    # -- the whole turn ---------------------------------------------------------------
+    async def run(self) -> TurnResult:
+        try:
+            await self.segment(self.submit_prompt)
+            while self.translator.finish == "tool-calls":
+                results = await self.run_tools(self.translator.pending)
+                await self.segment(functools.partial(self.submit_results, results))
+            return self.result()
+        except CoderStreamError as exc:
+            raise self.stream_failed(exc) from exc.__cause__
+        finally:
+            self.remember_cursor()
+            if self.stream is not None:
+                await self.stream.aclose()
+
+    async def segment(self, submit: Callable[[], Awaitable[None]]) -> None:
+        """Submit, then read until settled; bounded by ``request_timeout`` as one clock."""
+        number, chat_id = self.session.next_segment(), self.session.chat_id
+        emit = self.client.emit
+        emit(SegmentStart(number, chat_id))
+        started = time.monotonic()
+        try:
+            try:
+                async with asyncio.timeout(self.options.request_timeout) as clock:
+                    await submit()
+                    await self.read_until_settled()
+            except TimeoutError:
+                if not clock.expired():
+                    raise
+                raise await self.timed_out() from None
+        except BaseException as exc:
+            emit(
+                SegmentSettle(
+                    number,
+                    self.session.chat_id,
+                    time.monotonic() - started,
+                    status=self.translator.status,
+                    error_name=type(exc).__name__,
+                    error_message=str(exc),
+                )
+            )
+            raise
+        if self.translator.finish == "error":
+            error = self.chat_error(self.translator.error)
+            emit(
+                SegmentSettle(
+                    number,
+                    self.session.chat_id,
+                    time.monotonic() - started,
+                    status="error",
+                    error_name=type(error).__name__,
+                    error_message=str(error),
+                )
+            )
+            raise error
+        emit(
+            SegmentSettle(
+                number,
+                self.session.chat_id,
+                time.monotonic() - started,
+                status=self.translator.status,
+                finish_reason=self.translator.finish,
+            )
+        )
+
+    # -- submitting -----------------------------------------------------------------------
+    async def submit_prompt(self) -> None:
+        session = self.session
+        if session.chat_id is None:
+            await self.create_chat()
+            return
+        cursor = session.last_seen_message_id
+        if cursor is None:
+            page = await self.client.get_messages(session.chat_id, limit=1)
+            cursor = page.messages[0].id if page.messages else 0
+        response = await self.client.send_message(
+            session.chat_id, self.prompt, model_config_id=self.options.model_config_id
+        )
+        if not response.queued and response.message is not None:
+            self.translator.anchor_id = response.message.id
+        else:
+            self.translator.anchor_text = self.prompt
+            self.queued_id = response.queued_message.id if response.queued_message else None
+        await self.open_stream(session.chat_id, cursor or None)
+
+    async def create_chat(self) -> None:
+        opts = self.options
+        chat = await self.client.create_chat(
+            organization_id=self.session.organization_id,
+            content=self.prompt,
+            system_prompt=opts.system_prompt,
+            workspace_id=opts.workspace_id,
+            model_config_id=opts.model_config_id,
+            mcp_server_ids=opts.mcp_server_ids or None,
+            labels=opts.labels or None,
+            tools=[t.declaration() for t in self.tools.values()],
+        )
+        self.session.chat_id = self.session.last_known_chat_id = chat.id
+        self.created_chat = True
+        self.translator.anchor_text = self.prompt
+        await self.open_stream(chat.id, None)
+
+    async def open_stream(self, chat_id: str, after_id: int | None) -> None:
+        self.stream = ChatStream(
+            self.client,
+            chat_id,
+            after_id,
+            redial_initial=self.options.redial_initial,
+            max_failures=self.options.redial_max_failures,
+        )
+        await self.stream.start()
+
+    async def submit_results(self, results: list[dict[str, Any]]) -> None:
+        assert self.session.chat_id is not None
+        await self.client.submit_tool_results(self.session.chat_id, results)
+        self.translator.resume([r["tool_call_id"] for r in results])
+
+    # -- reading -----------------------------------------------------------------------------
+    async def read_until_settled(self) -> None:
+        assert self.stream is not None
+        translator, grace = self.translator, self.options.action_grace
+        while translator.finish is None:
+            if translator.awaiting_action:
+                try:
+                    event = await asyncio.wait_for(self.stream.next(), grace)
+                except TimeoutError:
+                    await self.recover_action()
+                    continue
+            else:
+                event = await self.stream.next()
+            translator.ingest(event)
+            if translator.opened:
+                self.queued_id = None
+        if translator.finish == "error" and translator.error is None:
+            await self.find_error()
+
+    async def recover_action(self) -> None:
+        """``requires_action`` without its event: derive the pending calls from history."""
+        assert self.session.chat_id is not None
+        page = await self.client.get_messages(self.session.chat_id, limit=200)
+        calls = pending_client_calls(page.messages, self.tools, exclude=self.translator.answered)
+        self.translator.offer_calls(calls)
+
+    async def find_error(self) -> None:
+        assert self.stream is not None and self.session.chat_id is not None
+        with contextlib.suppress(CoderError):
+            while (event := self.stream.next_nowait()) is not None:
+                self.translator.ingest(event)
+        if self.translator.error is None:
+            chat = await self.client.get_chat(self.session.chat_id)
+            self.translator.error = chat.last_error or ChatErrorInfo()
+
+    # -- client tools -------------------------------------------------------------------------
+    async def run_tools(self, calls: list[ToolCallRequest]) -> list[dict[str, Any]]:
+        results = []
+        for call in calls:
+            output, is_error = await self.run_tool(call)
+            results.append(
+                {"tool_call_id": call.tool_call_id, "output": output, "is_error": is_error}
+            )
+        return results
+
+    async def run_tool(self, call: ToolCallRequest) -> tuple[Any, bool]:
+        tool = self.tools.get(call.tool_name)
+        if tool is None:
+            return f"Tool {call.tool_name!r} is not available in this session.", True
+        try:
+            args = tool.validate(call.args)
+        except ToolArgumentsError as exc:
+            return str(exc), True
+        if tool.function is None:  # structured_output: the arguments are the answer
+            self.structured = args
+            return {"ok": True}, False
+        key = f"{self.session.organization_id}/{self.session.chat_id}/{call.tool_call_id}"
+        try:
+            return tool_output(await tool.invoke(args, key)), False
+        except Exception as exc:  # noqa: BLE001 - the model sees the failure and may retry
+            return f"{type(exc).__name__}: {exc}", True
+
+    # -- endings ----------------------------------------------------------------------------------
+    def result(self) -> TurnResult:
+        translator = self.translator
+        messages = translator.messages
+        output: Any = None
+        if self.output_type is not None:
+            found = structured_output(to_transcript(messages).messages, self.output_type)
+            output = found or self.structured
+            if output is None:
+                raise CoderChatError(
+                    "the turn finished without a valid structured_output call",
+                    kind="structured_output_missing",
+                    retryable=False,
+                    chat_id=self.session.chat_id,
+                )
+        assert self.session.chat_id is not None
+        return TurnResult(
+            text=turn_text(messages, set(self.tools)),
+            finish_reason=translator.finish or "stop",
+            usage=translator.usage(),
+            steps=build_steps(messages),
+            chat_id=self.session.chat_id,
+            last_seen_message_id=self.cursor(),
+            output=output,
+        )
+
+    def chat_error(self, info: ChatErrorInfo | None) -> CoderChatError:
+        info = info or ChatErrorInfo()
+        return CoderChatError(
+            info.message,
+            kind=info.kind,
+            retryable=info.retryable,
+            chat_id=self.session.chat_id,
+            provider=info.provider,
+            status_code=info.status_code,
+            detail=info.detail,
+        )
+
+    async def timed_out(self) -> CoderChatError:
+        """The segment's clock ran out: interrupt best-effort, withdraw a queued prompt."""
+        chat_id = self.session.chat_id
+        if chat_id is not None:
+            with contextlib.suppress(CoderError, TimeoutError):
+                async with asyncio.timeout(self.options.interrupt_timeout):
+                    if self.queued_id is not None and not self.translator.opened:
+                        await self.client.delete_queued_message(chat_id, self.queued_id)
+                    else:
+                        await self.client.interrupt_chat(chat_id)
+        return CoderChatError(
+            f"the turn did not settle within request_timeout={self.options.request_timeout}s",
+            kind="timeout",
+            retryable=True,
+            chat_id=chat_id,
+        )
+
+    def stream_failed(self, exc: CoderStreamError) -> CoderStreamError:
+        """Discard a chat this turn created; say whether a fresh retry is safe."""
+        chat_id = exc.chat_id or self.session.chat_id
+        opts = self.options
+        clean = self.created_chat and not opts.workspace_id and not opts.mcp_server_ids
+        if self.created_chat:
+            self.session.chat_id = None
+            self.session.last_seen_message_id = None
+        return CoderStreamError(str(exc), chat_id=chat_id, retryable=clean)
+
+    def cursor(self) -> int | None:
+        seen = self.stream.cursor if self.stream is not None else 0
+        current = self.session.last_seen_message_id or 0
+        best = max(seen, current)
+        return best or None
+
+    def remember_cursor(self) -> None:
+        if self.session.chat_id is not None:
+            self.session.last_seen_message_id = self.cursor()

@@ -1,0 +1,141 @@
+"""Every error ``coder_chat`` raises, under one root.
+
+::
+
+    CoderError                      anything this library raises on purpose
+    ├── CoderConfigError            bad arguments; raised at once, never retried (also ValueError)
+    ├── CoderApiError               a non-2xx answer: status, method, path, message, detail
+    ├── CoderTransportError         the request or socket failed below HTTP (connect, reset, timeout)
+    ├── CoderChatError              a turn ended badly: kind, retryable, chat_id, provider, status_code
+    ├── CoderStreamError            the chat stream could not be re-established: chat_id, retryable
+    └── CoderStoreError             a durable store failed (unreachable, corrupt, newer schema)
+
+Foreign exceptions (httpx, websockets, asyncpg, sqlite3) are translated where they
+happen and never leak; the original is kept as ``__cause__``. Whether a failure
+is worth retrying is decided in one place, :func:`coder_chat.protocol.retry.is_retryable`.
+
+No message, ``repr`` or attribute of these errors ever carries the session token:
+the token travels only in a request header.
+"""
+
+from __future__ import annotations
+
+
+class CoderError(Exception):
+    """Root of every error this library raises."""
+
+
+class CoderConfigError(CoderError, ValueError):
+    """Arguments that can never work (a cursor without a chat id, a bad tool)."""
+
+
+class CoderApiError(CoderError):
+    """The server answered with a non-2xx status."""
+
+    def __init__(
+        self,
+        status: int,
+        method: str,
+        path: str,
+        message: str,
+        detail: str | None = None,
+    ) -> None:
+        self.status = status
+        self.method = method
+        self.path = path
+        self.message = message
+        self.detail = detail
+        text = f"Coder API {method} {path} failed ({status}): {message}"
+        super().__init__(f"{text} — {detail}" if detail else text)
+
+    def __reduce__(self) -> tuple[type[CoderApiError], tuple[int, str, str, str, str | None]]:
+        return (CoderApiError, (self.status, self.method, self.path, self.message, self.detail))
+
+
+class CoderTransportError(CoderError):
+    """The network failed before an HTTP answer arrived (or the socket broke)."""
+
+    def __init__(self, operation: str, reason: str) -> None:
+        self.operation = operation
+        self.reason = reason
+        super().__init__(f"{operation} failed: {reason}")
+
+    def __reduce__(self) -> tuple[type[CoderTransportError], tuple[str, str]]:
+        return (CoderTransportError, (self.operation, self.reason))
+
+
+class CoderChatError(CoderError):
+    """A turn ended badly: the server reported ``error``, or the turn timed out.
+
+    ``kind`` is the server's error kind (``rate_limit``, ``overloaded``…) or one of
+    ours: ``timeout`` (the segment's ``request_timeout`` expired) and
+    ``stream_closed``. ``retryable`` says the *failure* is transient, not that a
+    re-run is free: a re-run resubmits the prompt as a new user turn.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: str,
+        retryable: bool,
+        chat_id: str | None = None,
+        provider: str | None = None,
+        status_code: int | None = None,
+        detail: str | None = None,
+    ) -> None:
+        self.message = message
+        self.kind = kind
+        self.retryable = retryable
+        self.chat_id = chat_id
+        self.provider = provider
+        self.status_code = status_code
+        self.detail = detail
+        super().__init__(f"{message}: {detail}" if detail else message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_chat_error, (self.message, vars(self).copy()))
+
+
+def _rebuild_chat_error(message: str, state: dict[str, object]) -> CoderChatError:
+    error = CoderChatError.__new__(CoderChatError)
+    Exception.__init__(error, message)
+    error.__dict__.update(state)
+    return error
+
+
+class CoderStreamError(CoderError):
+    """The chat's stream could not be re-established within its redial budget.
+
+    ``chat_id`` names the chat even when the session discarded it, so it can be
+    retired or swept. ``retryable`` is true only for a turn that created its chat
+    and touched nothing outside it (no workspace, no MCP servers, no uploads): a
+    retry then starts clean on a fresh chat.
+    """
+
+    def __init__(self, message: str, *, chat_id: str | None, retryable: bool) -> None:
+        self.chat_id = chat_id
+        self.retryable = retryable
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_stream_error, (str(self), self.chat_id, self.retryable))
+
+
+def _rebuild_stream_error(message: str, chat_id: str | None, retryable: bool) -> CoderStreamError:
+    return CoderStreamError(message, chat_id=chat_id, retryable=retryable)
+
+
+class CoderStoreError(CoderError):
+    """A durable store failed; ``retryable`` when trying again may succeed."""
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        self.retryable = retryable
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_store_error, (str(self), self.retryable))
+
+
+def _rebuild_store_error(message: str, retryable: bool) -> CoderStoreError:
+    return CoderStoreError(message, retryable=retryable)

@@ -1,0 +1,75 @@
+"""De-duplication of a redialed stream (pure; the socket loop feeds it).
+
+A reconnect replays committed messages past the cursor and the in-progress
+episode's deltas from ``seq`` 1. Deltas are forwarded once per
+(``history_version``, ``generation_attempt``, ``seq``); messages once per id and
+content revision. Only forwarded messages and deltas count as forward progress,
+which is what resets the redial budget.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from .models import AnyEvent, HistoryResetEvent, MessageEvent, MessagePartEvent, PreviewResetEvent
+
+
+@dataclass(frozen=True)
+class Verdict:
+    forward: bool
+    progress: bool
+
+
+_FORWARD = Verdict(True, False)
+_PROGRESS = Verdict(True, True)
+_DROP = Verdict(False, False)
+
+
+class StreamLedger:
+    """What a stream reader has forwarded, across every socket it opened."""
+
+    def __init__(self, after_id: int | None = None) -> None:
+        #: The highest committed message id seen: the ``after_id`` for a redial.
+        self.cursor = after_id or 0
+        self._revisions: dict[int, str] = {}
+        self._last_seq: dict[tuple[int, int], int] = {}
+        #: Deltas without episode coordinates (era B) since the last commit:
+        #: a drop now could not be replayed without duplicating them.
+        self.uncoordinated = False
+
+    def accept(self, event: AnyEvent) -> Verdict:
+        if isinstance(event, MessagePartEvent):
+            return self._delta(event)
+        if isinstance(event, MessageEvent):
+            return self._message(event)
+        if isinstance(event, HistoryResetEvent):
+            self._revisions.clear()
+            self._last_seq.clear()
+            return _FORWARD
+        if isinstance(event, PreviewResetEvent):
+            self.uncoordinated = False
+        return _FORWARD
+
+    def _delta(self, event: MessagePartEvent) -> Verdict:
+        part = event.message_part
+        if part.seq is None or part.history_version is None or part.generation_attempt is None:
+            self.uncoordinated = True
+            return _PROGRESS
+        episode = (part.history_version, part.generation_attempt)
+        if part.seq <= self._last_seq.get(episode, 0):
+            return _DROP
+        self._last_seq[episode] = part.seq
+        return _PROGRESS
+
+    def _message(self, event: MessageEvent) -> Verdict:
+        message = event.message
+        revision = json.dumps(
+            [message.model_dump(mode="json", include={"content", "usage"})], sort_keys=True
+        )
+        if self._revisions.get(message.id) == revision:
+            return _DROP
+        self._revisions[message.id] = revision
+        self.cursor = max(self.cursor, message.id)
+        self.uncoordinated = False
+        return _PROGRESS
