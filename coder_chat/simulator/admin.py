@@ -46,6 +46,12 @@ def _opt_uuid(value: Any) -> uuid.UUID | None:
     return uuid.UUID(str(value)) if value else None
 
 
+def _times(body: Body) -> int | None:
+    """``times``: a count, or ``null`` for every time."""
+    value = body.get("times", 1)
+    return None if value is None else int(value)
+
+
 def _knobs(faults: FaultPlan) -> dict[str, Callable[[Body], None]]:
     """``POST /faults/{kind}`` bodies, mapped onto the :class:`FaultPlan` methods."""
     return {
@@ -60,10 +66,10 @@ def _knobs(faults: FaultPlan) -> dict[str, Callable[[Body], None]]:
             b["route"], float(b["seconds"]), int(b.get("count", 1))
         ),
         "stream-drop": lambda b: faults.drop_streams(
-            int(b["after_events"]), b.get("times", 1), _opt_uuid(b.get("chat_id"))
+            int(b["after_events"]), _times(b), _opt_uuid(b.get("chat_id"))
         ),
         "withhold-action": lambda b: faults.withhold_action_required(
-            b.get("times", 1), _opt_uuid(b.get("chat_id"))
+            _times(b), _opt_uuid(b.get("chat_id"))
         ),
         "retry-generation": lambda b: faults.retry_generation(
             int(b.get("times", 1)), _opt_uuid(b.get("chat_id"))
@@ -151,6 +157,8 @@ class AdminApi:
         if kind == "request-counts":
             return dict(records.request_counts())
         if request.method == "DELETE":
+            if kind != "requests":
+                raise bad_request("only the request log can be cleared")
             records.clear_requests()
         tables = {
             "effects": records.effects,

@@ -107,6 +107,7 @@ def revise_message(engine: Engine, chat: Chat, message_id: int, text: str) -> Me
     ]
     message.revision += 1
     chat.history_version += 1
+    chat.deltas = []  # a history change ends the preview episode; seq restarts at 1
     engine.publish(chat)
     return message
 

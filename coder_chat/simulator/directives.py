@@ -97,7 +97,7 @@ def _apply(text: str, start: int, script: Script) -> int:
     assert word is not None  # guaranteed by _next_directive
     name, pos = word.group(), word.end()
     if name in {"tool", "server-tool"}:
-        tool, pos = _token(text, pos, _NAME, f"/{name} needs a tool name")
+        tool, pos = _token(text, pos, _NAME, f"/{name} needs a tool name", brace_ends=True)
         args, pos = _optional_object(text, pos, f"/{name} {tool}")
         target = script.client_tools if name == "tool" else script.server_tools
         target.append(ToolCall(tool, args))
@@ -126,12 +126,18 @@ def _skip_space(text: str, pos: int) -> int:
     return pos
 
 
-def _token(text: str, pos: int, pattern: re.Pattern[str], error: str) -> tuple[str, int]:
+def _token(
+    text: str, pos: int, pattern: re.Pattern[str], error: str, *, brace_ends: bool = False
+) -> tuple[str, int]:
+    """The token at ``pos``; it must end at whitespace (or at ``{`` for a tool name)."""
     pos = _skip_space(text, pos)
     match = pattern.match(text, pos)
-    if not match or (not _ends_word(text, match.end()) and text[match.end()] != "{"):
+    if not match:
         raise DirectiveError(error)
-    return match.group(), match.end()
+    end = match.end()
+    if not _ends_word(text, end) and not (brace_ends and text[end] == "{"):
+        raise DirectiveError(error)
+    return match.group(), end
 
 
 def _optional_object(text: str, pos: int, what: str) -> tuple[dict[str, Any], int]:

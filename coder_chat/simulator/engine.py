@@ -180,6 +180,7 @@ class Engine:
             self._set_status(chat, "pending" if self.config.era_b.pending_status else "running")
             chat.last_error = None
             self.publish(chat)
+            self.watch("status_change", chat)  # after every send (wire reference 3.7)
             self.start_run(chat, _text(parts))
             return {
                 "queued": False,
@@ -304,11 +305,6 @@ class Engine:
                     "Duplicate tool_call_id in results.", f'Duplicate tool call ID "{call_id}".'
                 )
             seen.add(call_id)
-        for call_id in pending:
-            if call_id not in seen:
-                raise bad_request(
-                    "Missing tool result.", f'Missing result for tool call "{call_id}".'
-                )
         for call_id in ids:
             if call_id not in pending:
                 raise bad_request(
@@ -319,6 +315,11 @@ class Engine:
                 raise bad_request(
                     "Tool result output must be valid JSON.",
                     f'Output for tool call "{call_id}" is not valid JSON.',
+                )
+        for call_id in pending:
+            if call_id not in seen:
+                raise bad_request(
+                    "Missing tool result.", f'Missing result for tool call "{call_id}".'
                 )
         return [
             ToolOutcome(pending[i], r["output"], bool(r.get("is_error", False)))
@@ -526,7 +527,7 @@ class Engine:
             return
         if chat.queue:
             message = self._promote_head(chat)
-            self._set_status(chat, "running")
+            self._set_status(chat, "pending" if self.config.era_b.pending_status else "running")
             self.publish(chat)
             self.start_run(chat, message.text())
             return
@@ -549,6 +550,12 @@ class Engine:
         run = Run(chat, prompt)
         self.runs[chat.id] = run
         run.task = self._spawn(drive(self, run, continuation))
+
+    def mark_running(self, chat: Chat) -> None:
+        """A worker picked up ``pending`` work (era B)."""
+        self._set_status(chat, "running")
+        self.publish(chat)
+        self.watch("status_change", chat)
 
     def _set_status(self, chat: Chat, status: str) -> None:
         chat.status = status

@@ -42,9 +42,21 @@ class UnknownRoute(ValueError):
     pass
 
 
+#: Routes answered by a WebSocket upgrade: they can fail, but not be held or cut mid-request.
+UPGRADES = frozenset({"stream", "watch"})
+
+
 def check_route(route: str) -> str:
     if route not in ROUTES:
         raise UnknownRoute(f"unknown route {route!r}; known: {', '.join(sorted(ROUTES))}")
+    return route
+
+
+def check_holdable(route: str) -> str:
+    if check_route(route) in UPGRADES:
+        raise UnknownRoute(
+            f"{route!r} is a WebSocket upgrade: use fail_next to refuse it, or drop_streams to cut it"
+        )
     return route
 
 
@@ -144,19 +156,19 @@ class FaultPlan:
         self, route: str, phase: Phase = "after", count: int = 1, chat_id: uuid.UUID | None = None
     ) -> None:
         """Stop the next matching request at ``phase`` until it is released or dropped."""
-        self._holds.append(_Hold(count, check_route(route), phase, chat_id))
+        self._holds.append(_Hold(count, check_holdable(route), phase, chat_id))
 
     def cut_after_commit(self, route: str, count: int = 1) -> None:
         """Commit the request's effect, then cut the connection with no response."""
-        self._holds.append(_Hold(count, check_route(route), "after", None, "drop"))
+        self._holds.append(_Hold(count, check_holdable(route), "after", None, "drop"))
 
     def cut_before_commit(self, route: str, count: int = 1) -> None:
         """Cut the connection before the request has any effect."""
-        self._holds.append(_Hold(count, check_route(route), "before", None, "drop"))
+        self._holds.append(_Hold(count, check_holdable(route), "before", None, "drop"))
 
     def delay_commit(self, route: str, seconds: float, count: int = 1) -> None:
         """Commit the request's effect only after ``seconds`` (a late-landing send)."""
-        self._holds.append(_Hold(count, check_route(route), "before", None, "delay", seconds))
+        self._holds.append(_Hold(count, check_holdable(route), "before", None, "delay", seconds))
 
     def drop_streams(
         self, after_events: int, times: int | None = 1, chat_id: uuid.UUID | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import secrets
 import uuid
 from collections.abc import Awaitable, Callable
@@ -85,6 +86,10 @@ class ChatApi:
         rule = faults.take_hold(route, phase, chat_id)
         if rule is None:
             return
+        if phase == "before" and rule.action != "drop":
+            # The server has the request before it commits: read the body now, so a
+            # client that gives up (or dies) during the hold cannot take it back.
+            await request.body()
         outcome = await faults.wait_decision(rule, route, request.method, request.url.path, chat_id)
         if outcome == "drop":
             self.cut(request.client and (request.client.host, request.client.port))
@@ -221,7 +226,13 @@ class ChatApi:
         return JSONResponse({"models": models, "providers": providers, "unsupported_providers": []})
 
     async def reserved(self, request: Request) -> Response:
-        raise ApiError(404, "Route not found.")
+        # Not wrapped by ``endpoint``: answer the error here instead of raising it,
+        # which would escape as a 500. Authentication still comes first.
+        try:
+            self.authenticate(request)
+            raise ApiError(404, "Route not found.")
+        except ApiError as exc:
+            return JSONResponse(exc.body(), status_code=exc.status)
 
     # -- WebSockets -----------------------------------------------------------------
     async def stream(self, ws: WebSocket) -> None:
@@ -239,11 +250,13 @@ class ChatApi:
             self._record(ws, "stream", exc.status)
             await ws.send_denial_response(JSONResponse(exc.body(), status_code=exc.status))
             return
-        await ws.accept()
-        self._record(ws, "stream", 101)
+        # Subscribe before the upgrade (wire reference 5.1): once the client sees the
+        # 101, every later change reaches this socket.
         subscriber = engine.subscribe(chat, after_id)
-        budget = engine.faults.stream_drop_after(chat.id)
         try:
+            await ws.accept()
+            self._record(ws, "stream", 101)
+            budget = engine.faults.stream_drop_after(chat.id)
             await _pump(
                 ws, subscriber.wake, lambda: subscriber.take(FRAME_EVENTS), budget, self._cutter(ws)
             )
@@ -261,11 +274,11 @@ class ChatApi:
             self._record(ws, "watch", exc.status)
             await ws.send_denial_response(JSONResponse(exc.body(), status_code=exc.status))
             return
-        await ws.accept()
-        self._record(ws, "watch", 101)
         queue: asyncio.Queue[JSON] = asyncio.Queue()
-        self.engine.watchers.add(queue)
+        self.engine.watchers.add(queue)  # before the upgrade, so no event slips past
         try:
+            await ws.accept()
+            self._record(ws, "watch", 101)
             await _pump_watch(ws, queue)
         finally:
             self.engine.watchers.discard(queue)
@@ -380,13 +393,16 @@ def _ws_chat_id(ws: WebSocket) -> uuid.UUID:
     return chat_id
 
 
+_INT64 = re.compile(r"-?\d{1,19}")
+
+
 def _after_id(raw: str | None) -> int:
+    # Strict like Go's strconv.ParseInt: no spaces, no underscores, within int64.
     if raw is None or raw == "":
         return 0
-    try:
-        return int(raw)
-    except ValueError:
-        raise bad_request("Invalid after_id parameter.") from None
+    if not _INT64.fullmatch(raw) or not -(2**63) <= int(raw) < 2**63:
+        raise bad_request("Invalid after_id parameter.")
+    return int(raw)
 
 
 def _queued_id(request: Request) -> int:

@@ -18,6 +18,9 @@ from .records import Effect
 from .state import JSON, PendingCall
 
 STRUCTURED_OUTPUT = "structured_output"
+#: With no pacing, the model yields to the event loop once per this many deltas,
+#: so sockets get batched frames (as a busy real server sends) and interrupts land.
+UNPACED_BURST = 32
 
 
 class Interrupted(Exception):
@@ -27,10 +30,7 @@ class Interrupted(Exception):
 async def drive(engine: Engine, run: Run, continuation: list[ToolOutcome] | None) -> None:
     """Run one turn to its end, whatever ends it."""
     try:
-        if engine.config.era_b.pending_status and run.chat.status == "pending":
-            await asyncio.sleep(0.01)
-            run.chat.status = "running"
-            engine.publish(run.chat)
+        await _picked_up(engine, run)
         if continuation is not None:
             await _answer(engine, run, Script(), continuation, [])
         else:
@@ -39,9 +39,17 @@ async def drive(engine: Engine, run: Run, continuation: list[ToolOutcome] | None
         await _wind_down(engine, run)
 
 
+async def _picked_up(engine: Engine, run: Run) -> None:
+    """Era B: work waits in ``pending`` until a worker picks it up, then runs."""
+    if run.chat.status == "pending":
+        await asyncio.sleep(0.01)
+        engine.mark_running(run.chat)
+
+
 async def _turn(engine: Engine, run: Run) -> None:
     try:
         script = parse(run.prompt)
+        _check_declared(run, script)
     except DirectiveError as exc:
         engine.fail_turn(
             run.chat, {"message": f"Simulator: {exc}", "kind": "config", "retryable": False}
@@ -63,6 +71,16 @@ async def _turn(engine: Engine, run: Run) -> None:
         engine.fail_turn(run.chat, _failure(script.fail))
         return
     await _answer(engine, run, script, outcomes, ran_server)
+
+
+def _check_declared(run: Run, script: Script) -> None:
+    # A model can only call client tools the chat declared; say so rather than pause forever.
+    declared = {t["name"] for t in run.chat.dynamic_tools}
+    for call in script.client_tools:
+        if call.name not in declared:
+            raise DirectiveError(f"/tool {call.name}: the chat declares no such client tool")
+    if script.has_structured and STRUCTURED_OUTPUT not in declared:
+        raise DirectiveError("/json: the chat declares no structured_output tool")
 
 
 async def _answer(
@@ -107,7 +125,9 @@ async def _stream_text(engine: Engine, run: Run, text: str, count: int) -> None:
             if retry and index == max(1, len(chunks) // 2):
                 break
             engine.delta(run.chat, {"role": "assistant", "part": {"type": "text", "text": chunk}})
-            await _pause(run, engine.config.delta_interval)
+            interval = engine.config.delta_interval
+            if interval > 0 or index % UNPACED_BURST == UNPACED_BURST - 1:
+                await _pause(run, interval)
         else:
             return
         engine.retry_generation(run.chat, attempt)
@@ -200,10 +220,14 @@ async def _one_client_step(engine: Engine, run: Run, calls: list[ToolCall]) -> l
     engine.publish(chat)
     answer = engine.enter_requires_action(run, pending)
     try:
-        return await asyncio.wait_for(asyncio.shield(answer), engine.config.tool_result_deadline)
+        outcomes = await asyncio.wait_for(
+            asyncio.shield(answer), engine.config.tool_result_deadline
+        )
     except TimeoutError:
         engine.time_out_pending(chat)
-        return await answer
+        outcomes = await answer
+    await _picked_up(engine, run)
+    return outcomes
 
 
 async def _pause(run: Run, seconds: float) -> None:

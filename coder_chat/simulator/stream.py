@@ -31,6 +31,7 @@ class Subscriber:
         era_b_deltas: Callable[[], bool],
     ) -> None:
         self.chat = chat
+        self._chat_id = str(chat.id)
         self.after_id = after_id
         self.outbox: list[JSON] = []
         self.wake = asyncio.Event()
@@ -131,7 +132,7 @@ class Subscriber:
         return self._event("message_part", message_part=part)
 
     def _event(self, kind: str, **payload: object) -> JSON:
-        return {"type": kind, "chat_id": str(self.chat.id), **payload}
+        return {"type": kind, "chat_id": self._chat_id, **payload}
 
     def _push(self, events: list[JSON]) -> None:
         if events:

@@ -19,6 +19,11 @@ EXP = "/api/experimental/chats"
 Event = dict[str, Any]
 
 
+def declare(*names: str) -> dict[str, Any]:
+    """``unsafe_dynamic_tools`` declaring client tools by name, for ``Wire.create``."""
+    return {"unsafe_dynamic_tools": [{"name": n, "input_schema": {}} for n in names]}
+
+
 class Wire:
     """A bare HTTP + WebSocket peer of the simulator."""
 
