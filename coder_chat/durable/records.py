@@ -1,0 +1,122 @@
+"""The durable records: what must survive a crash, and nothing more.
+
+Every key carries the tenant (the Coder organization id), so one store can serve
+several deployments without one tenant's entries answering another's. Values
+are pydantic models stored as JSON. No record ever holds the session token, a
+transcript or a prompt: only ids, markers, states and times.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class WorkflowState(StrEnum):
+    RUNNING = "running"
+    FINISHED = "finished"
+    FAILED = "failed"
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WorkflowRecord(Record):
+    """One workflow: its checkpoint, and who may act on it (the fencing epoch)."""
+
+    tenant: str
+    workflow_id: str
+    #: The checkpoint: a pointer to the chat, never the chat itself.
+    chat_id: str | None = None
+    last_seen_message_id: int | None = None
+    state: WorkflowState = WorkflowState.RUNNING
+    deployment: str = "local"
+    flow_run_id: str | None = None
+    #: Taken anew by every run; a durable write needs the newest.
+    epoch: int = 0
+    heartbeat_at: datetime | None = None
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+class Fence(Record):
+    """Proof that a run holds a workflow's newest epoch; every durable write carries it."""
+
+    tenant: str
+    workflow_id: str
+    epoch: int
+
+
+RecoveryReason = Literal["hard_crash", "timeout", "abort"]
+JournalState = Literal["submitting", "resumed", "cut-short"]
+
+
+class JournalEntry(Record):
+    """One attempt of one step on a chat. It classifies only the attempt it names."""
+
+    state: JournalState
+    marker: str
+    attempt: int
+    at: datetime = Field(default_factory=utcnow)
+    #: Until when a send journaled ``submitting`` may still land (its own horizon).
+    horizon: datetime | None = None
+    #: Why recovery ran when this was written, so a later pass still pins cut-short.
+    reason: RecoveryReason | None = None
+
+
+class ChatRecord(Record):
+    """Per chat: the latest journal entry, and whether the chat was discarded."""
+
+    tenant: str
+    chat_id: str
+    workflow_id: str
+    journal: JournalEntry | None = None
+    #: A chat dropped after a stream failure: never adopted, retired or swept.
+    discarded: bool = False
+    updated_at: datetime = Field(default_factory=utcnow)
+
+
+LedgerState = Literal["committing", "done"]
+
+
+class LedgerEntry(Record):
+    """A durable client tool's effect, keyed by ``(tenant, chat_id, tool_call_id)``."""
+
+    tenant: str
+    chat_id: str
+    tool_call_id: str
+    tool_name: str
+    #: The step marker the call belongs to, and a hash of its arguments: a same-step,
+    #: same-arguments call under a new id (after a server-side tool timeout) is
+    #: answered from here instead of running the effect again.
+    marker: str = ""
+    args_digest: str = ""
+    state: LedgerState = "committing"
+    output: Any = None
+    is_error: bool = False
+    created_at: datetime = Field(default_factory=utcnow)
+    updated_at: datetime = Field(default_factory=utcnow)
+
+    @property
+    def idempotency_key(self) -> str:
+        return ledger_key(self.tenant, self.chat_id, self.tool_call_id)
+
+
+def ledger_key(tenant: str, chat_id: str, tool_call_id: str) -> str:
+    """The key handed to external systems as their idempotency key."""
+    return f"{tenant}/{chat_id}/{tool_call_id}"
+
+
+def args_digest(args: Any) -> str:
+    """A stable hash of tool arguments (canonical JSON)."""
+    canonical = json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()

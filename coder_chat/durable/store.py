@@ -1,0 +1,123 @@
+"""The store protocol every durable backend implements (SQLite, Postgres).
+
+Writes are durable when they return (committed, synced). Writes that act for a
+workflow run take its :class:`Fence` and succeed only while that run still holds
+the workflow's newest epoch; otherwise they raise :class:`FencedOut`, so a run
+that wakes after being superseded can never act.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import CoderStoreError
+from .records import (
+    ChatRecord,
+    Fence,
+    JournalEntry,
+    LedgerEntry,
+    WorkflowRecord,
+    WorkflowState,
+)
+
+#: The schema version this code writes; a store holding a newer one is refused.
+SCHEMA_VERSION = 1
+
+
+class FencedOut(CoderStoreError):
+    """A newer run took the workflow: this run must stop acting."""
+
+    def __init__(self, fence: Fence, current: int | None) -> None:
+        self.fence = fence
+        self.current = current
+        super().__init__(
+            f"workflow {fence.workflow_id!r}: epoch {fence.epoch} was superseded "
+            f"(newest is {current}); this run may no longer act",
+            retryable=False,
+        )
+
+
+@runtime_checkable
+class DurableStore(Protocol):
+    """Checkpoints, journal, discarded chats and the tool ledger."""
+
+    # -- workflows -----------------------------------------------------------------
+    async def begin_run(
+        self,
+        tenant: str,
+        workflow_id: str,
+        *,
+        deployment: str = "local",
+        flow_run_id: str | None = None,
+    ) -> Fence:
+        """Take the workflow's next epoch (creating it if new), mark it running, beat."""
+        ...
+
+    async def get_workflow(self, tenant: str, workflow_id: str) -> WorkflowRecord | None: ...
+
+    async def save_checkpoint(
+        self, fence: Fence, chat_id: str, last_seen_message_id: int | None
+    ) -> None:
+        """The checkpoint ``(chat_id, last_seen_message_id)``."""
+        ...
+
+    async def clear_checkpoint(self, fence: Fence) -> None: ...
+
+    async def heartbeat(self, fence: Fence) -> None: ...
+
+    async def finish(self, fence: Fence, state: WorkflowState) -> None: ...
+
+    async def list_workflows(
+        self,
+        tenant: str,
+        *,
+        deployment: str | None = None,
+        states: Sequence[WorkflowState] | None = None,
+        stale_before: datetime | None = None,
+    ) -> list[WorkflowRecord]:
+        """Workflows by deployment and state; ``stale_before`` keeps those whose heartbeat is older."""
+        ...
+
+    # -- chats: journal and discards --------------------------------------------------------
+    async def get_chat(self, tenant: str, chat_id: str) -> ChatRecord | None: ...
+
+    async def write_journal(self, fence: Fence, chat_id: str, entry: JournalEntry) -> None:
+        """Write-ahead of a send or a recovery verdict; replaces the chat's entry."""
+        ...
+
+    async def mark_discarded(self, fence: Fence, chat_id: str) -> None: ...
+
+    async def list_chats(
+        self, tenant: str, *, discarded: bool | None = None
+    ) -> list[ChatRecord]: ...
+
+    # -- the tool ledger ---------------------------------------------------------------------
+    async def claim_tool(
+        self,
+        fence: Fence,
+        chat_id: str,
+        tool_call_id: str,
+        *,
+        tool_name: str,
+        marker: str = "",
+        args_digest: str = "",
+    ) -> tuple[bool, LedgerEntry]:
+        """Write ``committing`` unless an entry exists; exactly one racing writer wins.
+
+        Returns ``(won, entry)``: the new entry, or the one already there.
+        """
+        ...
+
+    async def complete_tool(
+        self, fence: Fence, chat_id: str, tool_call_id: str, *, output: Any, is_error: bool = False
+    ) -> LedgerEntry: ...
+
+    async def get_tool(
+        self, tenant: str, chat_id: str, tool_call_id: str
+    ) -> LedgerEntry | None: ...
+
+    async def list_tools(self, tenant: str, chat_id: str) -> list[LedgerEntry]: ...
+
+    async def close(self) -> None: ...
