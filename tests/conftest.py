@@ -26,3 +26,6 @@ def fast_config(**overrides: object) -> SimulatorConfig:
 async def sim() -> AsyncIterator[Simulator]:
     async with serve_simulator(fast_config()) as simulator:
         yield simulator
+
+
+pytest_plugins = ["tests.prefect_harness"]

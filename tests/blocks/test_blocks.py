@@ -1,0 +1,134 @@
+"""Blocks saved and loaded through a real Prefect API, and Prefect's block standards."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from importlib.metadata import entry_points
+from pathlib import Path
+from subprocess import PIPE, STDOUT
+from typing import TypeVar
+
+import pytest
+from prefect.blocks.core import Block
+from prefect.client.orchestration import get_client
+from prefect.settings import PREFECT_API_URL
+from prefect.testing.standard_test_suites.blocks import BlockStandardTestSuite
+from pydantic import SecretStr
+
+from blocks import CoderCredentials, PostgresLedger, SqliteLedger
+from coder_chat import CoderConfigError
+from coder_chat.durable.sqlite import SqliteStore
+from coder_chat.simulator import Simulator
+
+ALL_BLOCKS: list[type[Block]] = [CoderCredentials, SqliteLedger, PostgresLedger]
+B = TypeVar("B", bound=Block)
+
+
+async def load(cls: type[B], name: str) -> B:
+    """``aload`` with its type kept (Prefect's decorator erases it)."""
+    block = await cls.aload(name)
+    assert isinstance(block, cls)
+    return block
+
+
+@pytest.mark.parametrize("block", ALL_BLOCKS)
+class TestBlockStandards(BlockStandardTestSuite):
+    @pytest.fixture
+    def block(self, block: type[Block]) -> type[Block]:
+        return block
+
+
+def test_slugs_are_prefixed_and_stable() -> None:
+    assert [b.get_block_type_slug() for b in ALL_BLOCKS] == [
+        "prefect-coder-credentials",
+        "prefect-coder-sqlite-ledger",
+        "prefect-coder-postgres-ledger",
+    ]
+
+
+@pytest.mark.usefixtures("prefect_api")
+async def test_credentials_round_trip_keeps_the_token_secret(sim: Simulator) -> None:
+    name = f"creds-{uuid.uuid4().hex[:8]}"
+    block = CoderCredentials(
+        base_url=sim.base_url, token=SecretStr(sim.token), organization_id=str(sim.organization_id)
+    )
+    await block.asave(name)
+    loaded = await load(CoderCredentials, name)
+    assert loaded.resolved() == (sim.base_url, sim.token, str(sim.organization_id))
+    assert sim.token not in repr(loaded)
+    async with get_client() as client:
+        document = await client.read_block_document_by_name(
+            name, "prefect-coder-credentials", include_secrets=False
+        )
+    assert sim.token not in str(document.data)  # the API hands out the obfuscated form
+    session = loaded.session(labels={"suite": "blocks"}, request_timeout=10)
+    result = await session.generate("hello from a block")
+    await session.aclose()
+    assert result.text == 'You said: "hello from a block"'
+    assert sim.chat(result.chat_id).labels == {"suite": "blocks"}
+
+
+@pytest.mark.usefixtures("prefect_api")
+async def test_ledger_blocks_round_trip(tmp_path: Path) -> None:
+    sqlite_name, pg_name = f"sqlite-{uuid.uuid4().hex[:8]}", f"pg-{uuid.uuid4().hex[:8]}"
+    await SqliteLedger(path=str(tmp_path / "ledger.db")).asave(sqlite_name)
+    await PostgresLedger(dsn=SecretStr("postgresql://u:pw-secret@127.0.0.1/db")).asave(pg_name)
+    sqlite = await load(SqliteLedger, sqlite_name)
+    postgres = await load(PostgresLedger, pg_name)
+    assert sqlite.resolved_path() == tmp_path / "ledger.db"
+    assert postgres.dsn.get_secret_value() == "postgresql://u:pw-secret@127.0.0.1/db"
+    assert "pw-secret" not in repr(postgres)
+    store = sqlite.get_store()
+    assert isinstance(store, SqliteStore)
+    fence = await store.begin_run("org", "wf-block")
+    await store.save_checkpoint(fence, "chat-1", 7)
+    record = await store.get_workflow("org", "wf-block")
+    assert record is not None and record.last_seen_message_id == 7
+    await store.close()
+
+
+def test_credentials_fall_back_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CODER_URL", "http://coder.example")
+    monkeypatch.setenv("CODER_SESSION_TOKEN", "env-token")
+    monkeypatch.setenv("CODER_ORG_ID", "org-from-env")
+    assert CoderCredentials().resolved() == ("http://coder.example", "env-token", "org-from-env")
+    assert CoderCredentials(organization_id="explicit").resolved()[2] == "explicit"
+
+
+def test_incomplete_credentials_say_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("CODER_URL", "CODER_SESSION_TOKEN", "CODER_ORG_ID"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(CoderConfigError, match="token / CODER_SESSION_TOKEN"):
+        CoderCredentials(base_url="http://x", organization_id="o").resolved()
+
+
+def test_sqlite_path_falls_back_to_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PREFECT_CODER_SQLITE_PATH", str(tmp_path / "env.db"))
+    assert SqliteLedger().resolved_path() == tmp_path / "env.db"
+
+
+@pytest.mark.usefixtures("prefect_api")
+async def test_prefect_block_register_finds_every_block() -> None:
+    api_url = PREFECT_API_URL.value()
+    assert api_url
+    exe = Path(sys.executable).parent / "prefect"
+    env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
+    done = await asyncio.create_subprocess_exec(
+        str(exe), "block", "register", "-m", "blocks", env=env, stdout=PIPE, stderr=STDOUT
+    )
+    output, _ = await done.communicate()
+    assert done.returncode == 0, output.decode()
+    async with get_client() as client:
+        for block in ALL_BLOCKS:
+            registered = await client.read_block_type_by_slug(block.get_block_type_slug())
+            assert registered.name == block.get_block_type_name()
+
+
+def test_the_collection_entry_point_names_the_blocks_module() -> None:
+    found = [ep for ep in entry_points(group="prefect.collections") if ep.name == "prefect_coder"]
+    assert [ep.value for ep in found] == ["blocks"]
