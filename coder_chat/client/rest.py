@@ -252,6 +252,12 @@ class ChatClient:
     async def delete_queued_message(self, chat_id: str, queued_id: int) -> None:
         await self._request("delete_queued_message", "DELETE", f"/{chat_id}/queue/{queued_id}")
 
+    async def promote_queued_message(self, chat_id: str, queued_id: int) -> None:
+        """Move a queued prompt to the queue head (an idle chat runs it at once). Never retried."""
+        await self._request(
+            "promote_queued_message", "POST", f"/{chat_id}/queue/{queued_id}/promote"
+        )
+
     async def submit_tool_results(self, chat_id: str, results: Sequence[Mapping[str, Any]]) -> None:
         """Answer every pending client-tool call in one request. Never retried."""
         body = {"results": [dict(r) for r in results]}
@@ -278,6 +284,12 @@ class ChatClient:
             headers=headers,
         )
         return _parse_model(UploadedFile, response).id
+
+    async def download_file(self, file_id: str) -> tuple[bytes, str]:
+        """An attachment's bytes and its stored media type."""
+        response = await self._request("download_file", "GET", f"/files/{file_id}")
+        media_type = response.headers.get("content-type", "application/octet-stream")
+        return response.content, media_type.split(";")[0].strip()
 
     async def model_configs(self, *, organization_id: str | None = None) -> list[ModelConfig]:
         """Model configs: the org-scoped listing first, the legacy route on 404."""

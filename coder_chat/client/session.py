@@ -48,6 +48,7 @@ class ChatSession:
         workspace_id: str | None = None,
         mcp_server_ids: Sequence[str] | None = None,
         model_config_id: str | None = None,
+        model: str | None = None,
         on_transport_event: TransportCallback | None = None,
         redial_initial: float = 1.0,
         redial_max_failures: int = 5,
@@ -70,6 +71,10 @@ class ChatSession:
             raise CoderConfigError("organization_id is required")
         if request_timeout <= 0:
             raise CoderConfigError("request_timeout must be positive")
+        if client is not None and on_transport_event is not None:
+            raise CoderConfigError(
+                "on_transport_event would be ignored: pass it to the ChatClient handed in"
+            )
         self.chat_id = chat_id
         self.last_known_chat_id = chat_id
         self.last_seen_message_id = last_seen_message_id
@@ -82,6 +87,7 @@ class ChatSession:
             workspace_id=workspace_id,
             mcp_server_ids=list(mcp_server_ids or []),
             model_config_id=model_config_id,
+            model_hint=model,
             redial_initial=redial_initial,
             redial_max_failures=redial_max_failures,
             action_grace=action_grace,
@@ -126,7 +132,7 @@ class ChatSession:
             async with asyncio.timeout(deadline):
                 return await turn.run()
         except (TimeoutError, asyncio.CancelledError):
-            await asyncio.shield(self._interrupt_quietly())
+            await asyncio.shield(turn.stop_server())
             raise
         finally:
             self._busy = False

@@ -16,8 +16,10 @@ default). The reader ends in exactly one of these ways:
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import json
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -30,9 +32,21 @@ from ..protocol.frames import FrameError, parse_frame
 from ..protocol.models import AnyEvent
 from ..protocol.retry import backoff, is_retryable_status
 from .events import Emitter, WsClose, WsDial, WsError, WsEvent, WsOpen, WsRedial, next_reader_id
-from .rest import ChatClient
+from .rest import TOKEN_HEADER, ChatClient
 
 MAX_FRAME_BYTES = 16 * 1024 * 1024
+
+
+class _RedactingLogger(logging.LoggerAdapter[logging.Logger]):
+    """websockets' client logger, minus the token it logs with the handshake headers at DEBUG."""
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        if len(args) == 2 and str(args[0]).lower() == TOKEN_HEADER.lower():
+            args = (args[0], "<redacted>")
+        super().log(level, msg, *args, **kwargs)
+
+
+_WS_LOGGER = _RedactingLogger(logging.getLogger("websockets.client"), {})
 
 
 class _Failed(Exception):
@@ -62,7 +76,10 @@ class ChatStream:
         self._max_failures = max_failures
         self._open_timeout = open_timeout
         self._emit = emit or client.emit
-        self._queue: asyncio.Queue[AnyEvent | BaseException] = asyncio.Queue()
+        # Whole frames are queued (one hand-off per frame, not per event) and
+        # drained through ``_ready``; a terminal error is queued as an exception.
+        self._queue: asyncio.Queue[list[AnyEvent] | BaseException] = asyncio.Queue()
+        self._ready: collections.deque[AnyEvent] = collections.deque()
         self._task: asyncio.Task[None] | None = None
         self._attempt = 0
 
@@ -77,21 +94,25 @@ class ChatStream:
 
     async def next(self) -> AnyEvent:
         """The next forwarded event; raises the reader's terminal error."""
-        item = await self._queue.get()
+        while not self._ready:
+            self._take(await self._queue.get())
+        return self._ready.popleft()
+
+    def next_nowait(self) -> AnyEvent | None:
+        """The next event if one is already here, else ``None``."""
+        while not self._ready:
+            try:
+                batch = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return None
+            self._take(batch)
+        return self._ready.popleft()
+
+    def _take(self, item: list[AnyEvent] | BaseException) -> None:
         if isinstance(item, BaseException):
             self._queue.put_nowait(item)  # every later call fails the same way
             raise item
-        return item
-
-    def next_nowait(self) -> AnyEvent | None:
-        try:
-            item = self._queue.get_nowait()
-        except asyncio.QueueEmpty:
-            return None
-        if isinstance(item, BaseException):
-            self._queue.put_nowait(item)
-            raise item
-        return item
+        self._ready.extend(item)
 
     async def aclose(self) -> None:
         if self._task is not None:
@@ -105,6 +126,14 @@ class ChatStream:
             await self._dial_until_done(base_url)
         except CoderError as exc:
             self._queue.put_nowait(exc)
+        except Exception as exc:  # noqa: BLE001 - a reader that dies silently hangs its consumer
+            failure = CoderStreamError(
+                f"the stream reader of chat {self.chat_id} failed: {type(exc).__name__}",
+                chat_id=self.chat_id,
+                retryable=False,
+            )
+            failure.__cause__ = exc
+            self._queue.put_nowait(failure)
 
     async def _dial_until_done(self, base_url: str) -> None:
         failures, delays = 0, self._new_backoff()
@@ -170,6 +199,7 @@ class ChatStream:
                 max_size=MAX_FRAME_BYTES,
                 open_timeout=self._open_timeout,
                 user_agent_header="coder-chat-python",
+                logger=_WS_LOGGER,
             ) as ws:
                 self._emit(WsOpen(self.chat_id, self.reader, self._attempt))
                 async for raw in ws:
@@ -189,14 +219,18 @@ class ChatStream:
             raise _Failed(str(exc)) from exc
 
     def _deliver(self, events: list[AnyEvent], on_progress: Callable[[], None]) -> None:
+        forwarded, progressed, accept = [], False, self.ledger.accept
         for event in events:
-            verdict = self.ledger.accept(event)
+            verdict = accept(event)
             if self._emit.enabled:
                 self._emit(WsEvent(self.chat_id, self.reader, event.type, verdict.forward))
-            if verdict.progress:
-                on_progress()
+            progressed = progressed or verdict.progress
             if verdict.forward:
-                self._queue.put_nowait(event)
+                forwarded.append(event)
+        if progressed:
+            on_progress()
+        if forwarded:
+            self._queue.put_nowait(forwarded)
 
     def _rejected(self, exc: InvalidStatus) -> None:
         status = exc.response.status_code

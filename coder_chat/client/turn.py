@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from ..errors import CoderChatError, CoderError, CoderStreamError
 from ..protocol.models import ChatErrorInfo, ToolCallRequest
+from ..protocol.models_hint import resolve_model_hint
 from ..protocol.transcript import pending_client_calls, structured_output, to_transcript
 from ..protocol.translator import TurnTranslator
 from .events import SegmentSettle, SegmentStart
@@ -39,6 +40,8 @@ class TurnOptions:
     workspace_id: str | None = None
     mcp_server_ids: list[str] = field(default_factory=list)
     model_config_id: str | None = None
+    #: A model hint resolved to ``model_config_id`` on first use (``None``: server default).
+    model_hint: str | None = None
     redial_initial: float = 1.0
     redial_max_failures: int = 5
     action_grace: float = 2.0
@@ -137,6 +140,7 @@ class Turn:
     # -- submitting -----------------------------------------------------------------------
     async def submit_prompt(self) -> None:
         session = self.session
+        await self.resolve_model()
         if session.chat_id is None:
             await self.create_chat()
             return
@@ -153,6 +157,13 @@ class Turn:
             self.translator.anchor_text = self.prompt
             self.queued_id = response.queued_message.id if response.queued_message else None
         await self.open_stream(session.chat_id, cursor or None)
+
+    async def resolve_model(self) -> None:
+        opts = self.options
+        if opts.model_hint and opts.model_config_id is None:
+            configs = await self.client.model_configs(organization_id=self.session.organization_id)
+            opts.model_config_id = resolve_model_hint(opts.model_hint, configs)
+            opts.model_hint = None
 
     async def create_chat(self) -> None:
         opts = self.options
@@ -286,16 +297,26 @@ class Turn:
             detail=info.detail,
         )
 
+    async def stop_server(self) -> None:
+        """Best effort, bounded: withdraw this turn's still-queued prompt, else interrupt.
+
+        A prompt queued behind someone else's run must not stop that run, nor be
+        left behind to run unattended.
+        """
+        chat_id = self.session.chat_id or self.session.last_known_chat_id
+        if chat_id is None:
+            return
+        with contextlib.suppress(CoderError, TimeoutError):
+            async with asyncio.timeout(self.options.interrupt_timeout):
+                if self.queued_id is not None and not self.translator.opened:
+                    await self.client.delete_queued_message(chat_id, self.queued_id)
+                else:
+                    await self.client.interrupt_chat(chat_id)
+
     async def timed_out(self) -> CoderChatError:
         """The segment's clock ran out: interrupt best-effort, withdraw a queued prompt."""
         chat_id = self.session.chat_id
-        if chat_id is not None:
-            with contextlib.suppress(CoderError, TimeoutError):
-                async with asyncio.timeout(self.options.interrupt_timeout):
-                    if self.queued_id is not None and not self.translator.opened:
-                        await self.client.delete_queued_message(chat_id, self.queued_id)
-                    else:
-                        await self.client.interrupt_chat(chat_id)
+        await self.stop_server()
         return CoderChatError(
             f"the turn did not settle within request_timeout={self.options.request_timeout}s",
             kind="timeout",

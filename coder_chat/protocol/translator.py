@@ -48,8 +48,12 @@ class TurnTranslator:
     answered: set[str] = field(default_factory=set)
     _messages: dict[int, ChatMessage] = field(default_factory=dict)
     _awaiting_action: bool = False
+    #: Set once the next queued prompt was promoted: everything after it is the next turn's.
+    _handed_over: bool = False
 
     def ingest(self, event: AnyEvent) -> None:
+        if self._handed_over:
+            return
         if isinstance(event, MessageEvent):
             self._message(event.message)
         elif isinstance(event, HistoryResetEvent):
@@ -112,6 +116,7 @@ class TurnTranslator:
         if message.role == "user" and message.id != self.anchor_id:
             if self.anchor_id is None or message.id > self.anchor_id:
                 self.finish = self.finish or "stop"  # the next queued prompt took over
+                self._handed_over = True
             return
         if self.anchor_id is not None and message.id < self.anchor_id:
             return
