@@ -32,6 +32,24 @@ class ToolArgumentsError(ValueError):
 
 
 @dataclass(frozen=True)
+class ToolCallContext:
+    """Which call of which chat a tool is running for."""
+
+    organization_id: str
+    chat_id: str
+    tool_call_id: str
+
+    @property
+    def idempotency_key(self) -> str:
+        """``<organization>/<chat_id>/<tool_call_id>``: unique per call, stable across retries."""
+        return f"{self.organization_id}/{self.chat_id}/{self.tool_call_id}"
+
+
+#: Wraps a tool's execution (the durable layer puts its ledger here).
+Interceptor = Callable[["ClientTool", BaseModel, ToolCallContext], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
 class ClientTool:
     """A callable the model may call, with its declaration and argument validator."""
 
@@ -40,6 +58,7 @@ class ClientTool:
     arguments: type[BaseModel]
     function: ToolFunction | None
     takes_idempotency_key: bool = False
+    interceptor: Interceptor | None = None
 
     def declaration(self) -> DynamicTool:
         schema = self.arguments.model_json_schema()
@@ -52,7 +71,14 @@ class ClientTool:
         except ValidationError as exc:
             raise ToolArgumentsError(_summary(exc)) from None
 
-    async def invoke(self, args: BaseModel, idempotency_key: str) -> Any:
+    async def invoke(self, args: BaseModel, context: ToolCallContext) -> Any:
+        """Run the tool for one call (through its interceptor, if it has one)."""
+        if self.interceptor is not None:
+            return await self.interceptor(self, args, context)
+        return await self.call_function(args, context.idempotency_key)
+
+    async def call_function(self, args: BaseModel, idempotency_key: str) -> Any:
+        """Call the function itself with validated arguments."""
         if self.function is None:
             raise CoderConfigError(f"tool {self.name} has no function to call")
         kwargs = {name: getattr(args, name) for name in type(args).model_fields}

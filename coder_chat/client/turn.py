@@ -26,7 +26,13 @@ from ..protocol.translator import TurnTranslator
 from .events import SegmentSettle, SegmentStart
 from .results import TurnResult, build_steps, turn_text
 from .stream import ChatStream
-from .tools import ClientTool, ToolArgumentsError, structured_output_tool, tool_output
+from .tools import (
+    ClientTool,
+    ToolArgumentsError,
+    ToolCallContext,
+    structured_output_tool,
+    tool_output,
+)
 
 if TYPE_CHECKING:
     from .session import ChatSession
@@ -253,9 +259,10 @@ class Turn:
         if tool.function is None:  # structured_output: the arguments are the answer
             self.structured = args
             return {"ok": True}, False
-        key = f"{self.session.organization_id}/{self.session.chat_id}/{call.tool_call_id}"
+        assert self.session.chat_id is not None
+        context = ToolCallContext(self.session.organization_id, self.session.chat_id, call.tool_call_id)
         try:
-            return tool_output(await tool.invoke(args, key)), False
+            return tool_output(await tool.invoke(args, context)), False
         except Exception as exc:  # noqa: BLE001 - the model sees the failure and may retry
             return f"{type(exc).__name__}: {exc}", True
 

@@ -15,6 +15,7 @@ from coder_chat.client.results import build_steps
 from coder_chat.client.tools import (
     ClientTool,
     ToolArgumentsError,
+    ToolCallContext,
     client_tool,
     structured_output_tool,
     tool_output,
@@ -652,10 +653,13 @@ def test_tool_declaration_from_typed_parameters() -> None:
     assert set(loose["properties"]) == {"x", "y"}
 
 
+CALL = ToolCallContext("org", "chat", "k")
+
+
 async def test_tool_validation_and_invocation() -> None:
     tool = client_tool(book)
     args = tool.validate('{"city": "Oslo", "nights": 2}')
-    assert await tool.invoke(args, "org/chat/call") == {
+    assert await tool.invoke(args, ToolCallContext("org", "chat", "call")) == {
         "city": "Oslo",
         "nights": 2,
         "key": "org/chat/call",
@@ -667,7 +671,7 @@ async def test_tool_validation_and_invocation() -> None:
 
     place = client_tool(describe)
     parsed = place.validate({"place": {"name": "Oslo", "population": 700000}})
-    assert await place.invoke(parsed, "k") == Place(name="Oslo", population=700000)
+    assert await place.invoke(parsed, CALL) == Place(name="Oslo", population=700000)
 
 
 def test_tools_that_cannot_be_described_are_rejected() -> None:
@@ -696,7 +700,7 @@ async def test_structured_output_tool() -> None:
     assert set(tool.declaration().input_schema["properties"]) == {"name", "population"}
     assert tool.validate('{"name": "x", "population": 1}') == Place(name="x", population=1)
     with pytest.raises(CoderConfigError):
-        await tool.invoke(Place(name="x", population=1), "k")
+        await tool.invoke(Place(name="x", population=1), CALL)
 
 
 def test_tool_output_is_json() -> None:
