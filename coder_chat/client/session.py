@@ -36,8 +36,8 @@ class ChatSession:
     def __init__(
         self,
         *,
-        base_url: str,
-        token: str,
+        base_url: str = "",
+        token: str = "",
         organization_id: str,
         chat_id: str | None = None,
         last_seen_message_id: int | None = None,
@@ -95,6 +95,8 @@ class ChatSession:
         )
         self.archive_retry_interval = archive_retry_interval
         self.archive_window = archive_window
+        # A client handed in is shared: the session uses it but never closes it.
+        self._owns_client = client is None
         self.client = client or ChatClient(
             base_url=base_url, token=token, on_transport_event=on_transport_event
         )
@@ -178,7 +180,8 @@ class ChatSession:
 
     async def aclose(self) -> None:
         """Release the HTTP connections (the chat itself is left as it is)."""
-        await self.client.aclose()
+        if self._owns_client:
+            await self.client.aclose()
 
     async def __aenter__(self) -> ChatSession:
         return self

@@ -1,0 +1,71 @@
+"""run_step against the simulator and a real SQLite store, in one process."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from coder_chat import ChatClient
+from coder_chat.durable.context import DurableOptions, StepContext, StepTools
+from coder_chat.durable.markers import LABEL_STEP, LABEL_WORKFLOW
+from coder_chat.durable.sqlite import SqliteStore
+from coder_chat.durable.step import StepSpec, run_step
+from coder_chat.durable.tools import durable_tool
+from coder_chat.simulator import Simulator
+
+CHARGES: list[tuple[int, str]] = []
+
+
+@durable_tool
+async def charge_card(amount_cents: int, idempotency_key: str) -> str:
+    """Charge the customer's card."""
+    CHARGES.append((amount_cents, idempotency_key))
+    return f"receipt-{len(CHARGES)}"
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    s = SqliteStore(tmp_path / "ledger.db")
+    yield s
+    await s.close()
+
+
+FAST = DurableOptions(request_timeout=10, step_deadline=30, poll_interval=0.02, redial_initial=0.01)
+
+
+async def test_three_steps_then_a_rerun_recovers(sim: Simulator, store: SqliteStore) -> None:
+    tenant = str(sim.organization_id)
+    CHARGES.clear()
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        fence = await store.begin_run(tenant, "wf-1")
+        tools = StepTools.build([charge_card])
+        prompts = ["plan it", 'pay /tool charge_card {"amount_cents": 500}', "summarise"]
+        results = []
+        for step, prompt in enumerate(prompts, start=1):
+            ctx = StepContext(client, store, fence, "wf-1", step, tools, FAST)
+            results.append(await run_step(ctx, StepSpec(prompt=prompt)))
+        assert [r.verdict for r in results] == ["ran", "ran", "ran"]
+        assert results[0].text == 'You said: "[wf-1/step-1] plan it"'
+        assert "receipt-1" in results[1].text
+        chat_id = results[0].chat_id
+        assert {r.chat_id for r in results} == {chat_id}
+        assert sim.chat(chat_id).labels[LABEL_WORKFLOW] == "wf-1"
+        assert sim.chat(chat_id).labels[LABEL_STEP] == "1"
+        assert (
+            len(CHARGES) == 1
+            and CHARGES[0][1] == f"{tenant}/{chat_id}/" + CHARGES[0][1].split("/")[-1]
+        )
+        users_before = [m for m in sim.messages(chat_id) if m.role == "user"]
+
+        # A re-run of step 2 (as after a crash that lost its result) recovers, never resends.
+        again = await run_step(
+            StepContext(client, store, fence, "wf-1", 3, tools, FAST), StepSpec(prompt=prompts[2])
+        )
+        assert again.verdict == "recovered"
+        assert again.text == results[2].text
+        assert [m for m in sim.messages(chat_id) if m.role == "user"] == users_before
+        assert len(CHARGES) == 1
+        workflow = await store.get_workflow(tenant, "wf-1")
+        assert workflow is not None and workflow.chat_id == chat_id
