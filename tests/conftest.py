@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
+
+# Prefect keeps results (our step cache) under PREFECT_HOME: give each test session
+# its own, so no run ever reads another session's cached steps.
+os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="prefect-coder-tests-")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
 from collections.abc import AsyncIterator
 
 import pytest

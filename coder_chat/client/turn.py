@@ -260,7 +260,9 @@ class Turn:
             self.structured = args
             return {"ok": True}, False
         assert self.session.chat_id is not None
-        context = ToolCallContext(self.session.organization_id, self.session.chat_id, call.tool_call_id)
+        context = ToolCallContext(
+            self.session.organization_id, self.session.chat_id, call.tool_call_id
+        )
         try:
             return tool_output(await tool.invoke(args, context)), False
         except Exception as exc:  # noqa: BLE001 - the model sees the failure and may retry

@@ -23,9 +23,10 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from ..client.session import ChatSession
+from ..client.tools import ClientTool, structured_output_tool
 from ..errors import CoderChatError, CoderError, CoderStreamError
 from ..protocol.models import Chat
 from ..protocol.transcript import final_text, structured_output, to_transcript
@@ -61,6 +62,9 @@ class StepSpec:
     workspace_id: str | None = None
     mcp_server_ids: list[str] = field(default_factory=list)
     deployment: str = "local"
+    #: Client tools are declared once, when the chat is created: set this when any
+    #: step of the workflow asks for structured output, so the first declares it.
+    declare_structured_output: bool = False
 
 
 @dataclass
@@ -179,7 +183,7 @@ async def _run_turn(
         organization_id=ctx.tenant,
         chat_id=chat_id,
         last_seen_message_id=cursor,
-        tools=ctx.tools.for_session(ctx.binding),
+        tools=_session_tools(ctx, spec),
         labels=chat_labels(ctx.workflow_id, ctx.step, spec.deployment),
         system_prompt=spec.system_prompt,
         request_timeout=opts.request_timeout,
@@ -228,6 +232,19 @@ async def _run_turn(
         verdict=verdict,
         notes=notes,
     )
+
+
+class _AnyAnswer(BaseModel):
+    """The declared shape of ``structured_output`` when steps differ: each step validates its own."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+def _session_tools(ctx: StepContext, spec: StepSpec) -> list[ClientTool]:
+    tools = ctx.tools.for_session(ctx.binding)
+    if spec.declare_structured_output and spec.output_type is None:
+        tools.append(structured_output_tool(_AnyAnswer))
+    return tools
 
 
 async def _journal_send(ctx: StepContext, chat_id: str) -> JournalEntry:

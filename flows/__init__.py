@@ -1,0 +1,1 @@
+"""Prefect flows: they sequence tasks and decide; the durable work happens in tasks."""

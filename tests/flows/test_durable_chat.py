@@ -1,0 +1,97 @@
+"""The durable_chat flow on Prefect's test API, against the simulator."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prefect.client.orchestration import get_client
+
+from coder_chat.durable.sqlite import SqliteStore
+from coder_chat.simulator import Simulator
+from flows.archive_workflow import archive_workflow
+from flows.durable_chat import durable_chat
+
+from .example_tools import CHARGES
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+
+
+@pytest.fixture
+def coder_env(sim: Simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    for name, value in sim.env().items():
+        monkeypatch.setenv(name, value)
+    db = tmp_path / "ledger.sqlite3"
+    monkeypatch.setenv("PREFECT_CODER_SQLITE_PATH", str(db))
+    yield db
+
+
+async def test_three_steps_with_a_durable_tool_and_structured_output(
+    sim: Simulator, coder_env: Path
+) -> None:
+    CHARGES.clear()
+    results = await durable_chat(
+        workflow_id="wf-flow-1",
+        prompts=[
+            "plan the refund",
+            'charge it /tool charge_card {"amount_cents": 1299}',
+            '/json {"verdict": "done", "score": 0.9}',
+        ],
+        tools=["tests.flows.example_tools:charge_card"],
+        output_schemas=[None, None, "tests.flows.example_tools:Verdict"],
+        heartbeat_interval=0.2,
+    )
+    assert [r.verdict for r in results] == ["ran", "ran", "ran"]
+    assert results[0].text == 'You said: "[wf-flow-1/step-1] plan the refund"'
+    assert "charged 1299" in results[1].text
+    assert results[2].output == {"verdict": "done", "score": 0.9}
+    assert list(CHARGES.values()) == [1]
+    chat = sim.chat(results[0].chat_id)
+    assert chat.archived  # archived once, at the end
+    store = SqliteStore(coder_env)
+    record = await store.get_workflow(str(sim.organization_id), "wf-flow-1")
+    await store.close()
+    assert record is not None and record.state == "finished" and record.chat_id == chat.id.__str__()
+    async with get_client() as client:
+        artifact = await client.read_latest_artifacts()
+    markdown = [a for a in artifact if a.key == "coder-wf-flow-1"]
+    assert markdown, artifact
+    table = str(markdown[0].data)
+    assert "| 2 | ran | 1 |" in table, table
+
+
+async def test_a_rerun_of_the_same_workflow_skips_finished_steps(
+    sim: Simulator, coder_env: Path
+) -> None:
+    prompts = ["first", "second"]
+    first = await durable_chat(workflow_id="wf-flow-2", prompts=prompts, archive_at_end=False)
+    messages = len(sim.messages(first[0].chat_id))
+    again = await durable_chat(workflow_id="wf-flow-2", prompts=prompts, archive_at_end=False)
+    assert [r.text for r in again] == [r.text for r in first]
+    assert len(sim.messages(first[0].chat_id)) == messages  # nothing was sent again
+
+
+async def test_plain_tools_need_the_explicit_flag(sim: Simulator, coder_env: Path) -> None:
+    with pytest.raises(Exception, match="not a durable tool"):
+        await durable_chat(
+            workflow_id="wf-flow-3",
+            prompts=["x"],
+            tools=["tests.flows.example_tools:plain_lookup"],
+        )
+    results = await durable_chat(
+        workflow_id="wf-flow-4",
+        prompts=['find /tool plain_lookup {"query": "q"}'],
+        tools=["tests.flows.example_tools:plain_lookup"],
+        allow_plain_tools=True,
+    )
+    assert "found q" in results[0].text
+
+
+async def test_archive_workflow_archives_once(sim: Simulator, coder_env: Path) -> None:
+    results = await durable_chat(workflow_id="wf-flow-5", prompts=["hi"], archive_at_end=False)
+    assert not sim.chat(results[0].chat_id).archived
+    assert await archive_workflow(workflow_id="wf-flow-5") is True
+    assert sim.chat(results[0].chat_id).archived
+    assert await archive_workflow(workflow_id="wf-flow-5") is True  # already archived is done
+    assert await archive_workflow(workflow_id="wf-never-ran") is False
