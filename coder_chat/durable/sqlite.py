@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
@@ -67,12 +68,15 @@ class SqliteStore:
         )
         self._local = threading.local()
         self._ready = False
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"SqliteStore(path={str(self.path)!r})"
 
     # -- plumbing -------------------------------------------------------------------
     async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        if self._closed:
+            raise CoderStoreError(f"{self!r} is closed")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._call, fn)
 
@@ -104,17 +108,24 @@ class SqliteStore:
     def _open(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         existed = self.path.exists() and self.path.stat().st_size > 0
+        conn: sqlite3.Connection | None = None
         try:
             conn = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             _check_ownership(conn, self.path, existed)
-            conn.execute("PRAGMA journal_mode = WAL")
+            _enable_wal(conn)
             conn.execute("PRAGMA synchronous = FULL")
             _migrate(conn)
-        except sqlite3.DatabaseError as exc:
-            raise CoderStoreError(
-                f"{self.path} is not a usable SQLite database ({exc}); it was left untouched"
-            ) from None
+        except BaseException as exc:
+            if conn is not None:  # a refused file keeps no open handle
+                conn.close()
+            if isinstance(exc, sqlite3.OperationalError) and _is_busy(exc):
+                raise CoderStoreError(f"SQLite store {self.path}: {exc}", retryable=True) from None
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise CoderStoreError(
+                    f"{self.path} is not a usable SQLite database ({exc}); it was left untouched"
+                ) from None
+            raise
         return conn
 
     @staticmethod
@@ -324,6 +335,10 @@ class SqliteStore:
         return [_parse(LedgerEntry, row[0], "ledger") for row in rows]
 
     async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+
         def shut(_: sqlite3.Connection | None = None) -> None:
             conn = getattr(self._local, "conn", None)
             if conn is not None:
@@ -339,10 +354,17 @@ class SqliteStore:
 
 
 def _check_ownership(conn: sqlite3.Connection, path: Path, existed: bool) -> None:
-    app_id = conn.execute("PRAGMA application_id").fetchone()[0]
-    tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-    if app_id == APPLICATION_ID:
+    # One read transaction, one snapshot: another process may be creating the store
+    # right now, and tables without our application_id would look foreign.
+    conn.execute("BEGIN")
+    try:
+        app_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
         version = conn.execute("PRAGMA user_version").fetchone()[0]
+    finally:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+    if app_id == APPLICATION_ID:
         if version > SCHEMA_VERSION:
             raise CoderStoreError(
                 f"{path} holds schema version {version}, newer than this prefect-coder "
@@ -353,6 +375,24 @@ def _check_ownership(conn: sqlite3.Connection, path: Path, existed: bool) -> Non
         raise CoderStoreError(
             f"{path} belongs to another program (not a prefect-coder store); it was left untouched"
         )
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    return "locked" in str(exc) or "busy" in str(exc)
+
+
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    # Switching to WAL upgrades a read lock, and SQLite does not call the busy handler
+    # for that: when several processes open a new file at once, wait here instead.
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.005)
 
 
 def _migrate(conn: sqlite3.Connection) -> None:

@@ -38,6 +38,10 @@ class FencedOut(CoderStoreError):
             retryable=False,
         )
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keep the type through pickling (Prefect persists a failed task's exception).
+        return (FencedOut, (self.fence, self.current))
+
 
 @runtime_checkable
 class DurableStore(Protocol):

@@ -54,7 +54,7 @@ def build_app(engine: Engine, cut: Any) -> Starlette:
     return app
 
 
-class _InProcessServer(uvicorn.Server):
+class InProcessServer(uvicorn.Server):
     """uvicorn without signal handlers (the host process owns its signals) that
     stops at once when asked, instead of on its next 100 ms tick."""
 
@@ -220,7 +220,7 @@ async def serve_simulator(
     """Run the simulator inside this event loop until the block exits."""
     engine, app, holder = create(config)
     sock = _bind(host, port)
-    server = _InProcessServer(_uvicorn_config(app, host, port))
+    server = InProcessServer(_uvicorn_config(app, host, port))
     holder.append(server)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
@@ -242,7 +242,7 @@ async def run_forever(config: SimulatorConfig, host: str, port: int, ready: Any)
     """Serve until SIGINT or SIGTERM (the ``prefect-coder simulator`` command)."""
     engine, app, holder = create(config)
     sock = _bind(host, port)
-    server = _InProcessServer(_uvicorn_config(app, host, port))
+    server = InProcessServer(_uvicorn_config(app, host, port))
     holder.append(server)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -1,0 +1,69 @@
+"""A separate process acting on a store, for the race and crash tests.
+
+``python -m tests.durable._worker KIND LOCATION COMMAND ARGS...`` where KIND is
+``sqlite`` (LOCATION a file) or ``postgres`` (LOCATION a schema, the DSN in
+``PREFECT_CODER_WORKER_DSN``). Commands:
+
+``claim TENANT WORKFLOW EPOCH COUNT NAME``
+    Open the store, print ``ready``, wait for a line on stdin, then claim
+    ``call-0`` … ``call-{COUNT-1}`` of chat ``race`` as tool NAME, printing one JSON
+    line per claim: ``{"i": …, "won": …, "by": <tool_name of the entry>}``.
+
+``write TENANT WORKFLOW EPOCH``
+    Forever: checkpoint ``(chat-w, n)``, claim and complete ``call-n`` with output
+    ``{"n": n}``, then print ``written n``. The parent SIGKILLs it at any moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+
+from coder_chat.durable.postgres import PostgresStore
+from coder_chat.durable.records import Fence
+from coder_chat.durable.sqlite import SqliteStore
+from coder_chat.durable.store import DurableStore
+
+
+def open_store(kind: str, location: str) -> DurableStore:
+    if kind == "postgres":
+        return PostgresStore(os.environ["PREFECT_CODER_WORKER_DSN"], schema=location)
+    return SqliteStore(location)
+
+
+async def claim(store: DurableStore, fence: Fence, count: int, name: str) -> None:
+    await store.get_workflow(fence.tenant, fence.workflow_id)  # connected, schema checked
+    print("ready", flush=True)
+    sys.stdin.readline()
+    for i in range(count):
+        won, entry = await store.claim_tool(fence, "race", f"call-{i}", tool_name=name)
+        print(json.dumps({"i": i, "won": won, "by": entry.tool_name}), flush=True)
+    await store.close()
+
+
+async def write(store: DurableStore, fence: Fence) -> None:
+    n = 0
+    while True:
+        await store.save_checkpoint(fence, "chat-w", n)
+        await store.claim_tool(fence, "chat-w", f"call-{n}", tool_name="writer")
+        await store.complete_tool(fence, "chat-w", f"call-{n}", output={"n": n})
+        print(f"written {n}", flush=True)
+        n += 1
+
+
+async def main(argv: list[str]) -> None:
+    kind, location, command, tenant, workflow_id, epoch, *rest = argv
+    store = open_store(kind, location)
+    fence = Fence(tenant=tenant, workflow_id=workflow_id, epoch=int(epoch))
+    if command == "claim":
+        await claim(store, fence, int(rest[0]), rest[1])
+    elif command == "write":
+        await write(store, fence)
+    else:
+        raise SystemExit(f"unknown command {command!r}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1:]))

@@ -1,0 +1,24 @@
+"""The README's first command, run as a user runs it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+
+async def test_demo_recovers_and_charges_exactly_once(tmp_path: Path) -> None:
+    exe = Path(sys.executable).parent / "prefect-coder"
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home")}
+    env.pop("PREFECT_API_URL", None)
+    process = await asyncio.create_subprocess_exec(
+        str(exe), "demo", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    )
+    output, _ = await asyncio.wait_for(process.communicate(), 240)
+    text = output.decode()
+    assert process.returncode == 0, text
+    assert "SIGKILL the worker" in text
+    assert "step 2: recovered" in text
+    assert "card charges applied: 1 " in text
+    assert "the card was charged exactly once" in text
