@@ -1,0 +1,70 @@
+"""``orphan_sweep``: retire orphaned chats, unstick stuck turns, relaunch stranded workflows.
+
+Run it on a schedule (``deployments/prefect.yaml`` runs it every 5 minutes).
+A chat paused on a client tool is timed out by Coder after 5 minutes, and the
+model may then call the tool again; a sweep at least that frequent answers such
+a pause from the ledger before that happens.
+"""
+
+from __future__ import annotations
+
+from prefect import flow, get_run_logger
+
+from tasks.sweep import relaunch_workflow, sweep_orphans
+
+
+@flow(name="orphan-sweep")
+async def orphan_sweep(
+    target_deployment: str = "durable-chat",
+    orphan_age_seconds: float = 900.0,
+    stuck_after_seconds: float = 900.0,
+    stale_heartbeat_seconds: float = 120.0,
+    dry_run: bool = False,
+    self_heal: bool = True,
+    max_relaunches: int = 3,
+    tools: list[str] | None = None,
+    credentials_block: str | None = None,
+    ledger_block: str | None = None,
+) -> dict[str, int]:
+    """Sweep the chats and workflows of one durable-chat deployment.
+
+    Args:
+        target_deployment: Name of the durable_chat deployment whose chats to sweep
+            (``local`` for runs started outside a deployment).
+        orphan_age_seconds: Leave younger unowned chats alone: at least the longest
+            step deadline plus a margin, since a step checkpoints when it ends.
+        stuck_after_seconds: Interrupt a checkpointed turn live for longer than this.
+        stale_heartbeat_seconds: A running workflow silent for longer is stranded.
+        dry_run: Only report.
+        self_heal: Relaunch stranded workflows from their deployment.
+        max_relaunches: At most this many relaunches per workflow.
+        tools: Durable tools (import paths) whose committing effects the sweep may re-drive.
+        credentials_block: A saved CoderCredentials block (default: the environment).
+        ledger_block: A saved ledger block (default: the embedded SQLite store).
+    """
+    summary = await sweep_orphans(
+        target_deployment,
+        orphan_age_seconds,
+        stuck_after_seconds,
+        stale_heartbeat_seconds,
+        dry_run,
+        tools,
+        credentials_block,
+        ledger_block,
+    )
+    relaunched = 0
+    if self_heal and not dry_run:
+        for workflow in summary.stranded:
+            if await relaunch_workflow(workflow, max_relaunches):
+                relaunched += 1
+    elif summary.stranded:
+        get_run_logger().info(
+            f"{len(summary.stranded)} stranded workflow(s) left as they are (self-healing off)"
+        )
+    acted = sum(1 for f in summary.findings if f["action"] not in ("kept", "too young"))
+    return {
+        "chats": summary.chats_seen,
+        "acted": acted,
+        "stranded": len(summary.stranded),
+        "relaunched": relaunched,
+    }

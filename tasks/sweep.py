@@ -1,0 +1,158 @@
+"""``sweep_orphans`` and ``relaunch_workflow``: the orphan sweep's durable units."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from prefect import get_run_logger, task
+from prefect.artifacts import acreate_table_artifact
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+from prefect.client.schemas.objects import StateType
+from prefect.deployments.flow_runs import arun_deployment
+from prefect.exceptions import ObjectNotFound
+from pydantic import BaseModel
+
+from coder_chat.durable.context import StepTools
+from coder_chat.durable.records import WorkflowRecord, WorkflowState
+from coder_chat.durable.sweep import SWEEP_WORKFLOW, SweepPolicy, sweep
+
+from ._runtime import connected, import_tools, retry_if_transient
+
+ENDED_BADLY = frozenset({StateType.CRASHED, StateType.CANCELLED})
+
+
+class SweepSummary(BaseModel):
+    chats_seen: int
+    findings: list[dict[str, Any]]
+    stranded: list[WorkflowRecord]
+
+
+@task(
+    name="sweep-orphans",
+    task_run_name="sweep {deployment}",
+    retries=1,
+    retry_condition_fn=retry_if_transient,
+)
+async def sweep_orphans(
+    deployment: str,
+    orphan_age: float,
+    stuck_after: float,
+    stale_heartbeat: float,
+    dry_run: bool = False,
+    tools: list[str] | None = None,
+    credentials_block: str | None = None,
+    ledger_block: str | None = None,
+) -> SweepSummary:
+    """List every chat of ``deployment``, retire orphans, interrupt stuck turns, find stranded workflows."""
+    log = get_run_logger()
+    policy = SweepPolicy(
+        deployment=deployment,
+        orphan_age=orphan_age,
+        stuck_after=stuck_after,
+        stale_heartbeat=stale_heartbeat,
+        dry_run=dry_run,
+    )
+    step_tools = StepTools.build(import_tools(tools or []))
+    async with connected(credentials_block, ledger_block, log.debug) as (client, store, tenant):
+        report = await sweep(client, store, tenant, policy, step_tools, log.info)
+        running = await store.list_workflows(
+            tenant, deployment=deployment, states=[WorkflowState.RUNNING]
+        )
+    stranded = {w.workflow_id: w for w in report.stranded}
+    for workflow in running:
+        if workflow.workflow_id not in stranded and not workflow.workflow_id.startswith(
+            SWEEP_WORKFLOW
+        ):
+            ended = await _flow_run_ended(workflow.flow_run_id)
+            if ended:
+                log.info(f"workflow {workflow.workflow_id} is stranded: its flow run is {ended}")
+                stranded[workflow.workflow_id] = workflow
+    findings = [vars(f) for f in report.findings]
+    table = [{k: str(v) for k, v in f.items()} for f in findings if f["action"] != "kept"]
+    if table or stranded:
+        rows = table + [
+            {
+                "chat_id": w.chat_id or "",
+                "status": "-",
+                "workflow_id": w.workflow_id,
+                "action": "relaunch",
+                "reason": "stranded",
+            }
+            for w in stranded.values()
+        ]
+        await acreate_table_artifact(
+            rows,
+            key=f"orphan-sweep-{_slug(deployment)}",
+            description="What the sweep found and did",
+        )
+    log.info(
+        f"sweep of {deployment}: {report.chats_seen} chats, {len(report.acted())} acted on, {len(stranded)} stranded workflow(s)"
+    )
+    return SweepSummary(
+        chats_seen=report.chats_seen, findings=findings, stranded=list(stranded.values())
+    )
+
+
+async def _flow_run_ended(flow_run_id: str | None) -> str | None:
+    """``crashed``/``cancelled``/``gone`` when the workflow's flow run ended badly, else ``None``."""
+    if not flow_run_id:
+        return None
+    async with get_client() as client:
+        try:
+            flow_run = await client.read_flow_run(uuid.UUID(flow_run_id))
+        except ObjectNotFound:
+            return "gone"
+    state = flow_run.state.type if flow_run.state else None
+    return state.value.lower() if state in ENDED_BADLY else None
+
+
+@task(name="relaunch-workflow", task_run_name="relaunch {workflow.workflow_id}")
+async def relaunch_workflow(workflow: WorkflowRecord, max_relaunches: int = 3) -> str | None:
+    """Launch the workflow's deployment again, same workflow id and parameters.
+
+    Bounded: at most ``max_relaunches`` times per workflow. The new run takes a
+    newer fencing epoch, so the old one cannot act even if it wakes up.
+    Returns the new flow run id, or ``None`` when nothing was launched.
+    """
+    log = get_run_logger()
+    if not workflow.flow_run_id:
+        log.warning(f"workflow {workflow.workflow_id} has no flow run to relaunch from")
+        return None
+    tag = f"prefect-coder:relaunch:{workflow.workflow_id}"[:200]
+    async with get_client() as client:
+        try:
+            last = await client.read_flow_run(uuid.UUID(workflow.flow_run_id))
+        except ObjectNotFound:
+            log.warning(
+                f"workflow {workflow.workflow_id}: its flow run is gone; relaunch it by hand"
+            )
+            return None
+        if last.deployment_id is None:
+            log.warning(
+                f"workflow {workflow.workflow_id} ran outside a deployment; relaunch it by hand"
+            )
+            return None
+        earlier = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag]))
+        )
+        if len(earlier) >= max_relaunches:
+            log.warning(
+                f"workflow {workflow.workflow_id} was relaunched {len(earlier)} times already; giving up"
+            )
+            return None
+        new = await arun_deployment(
+            last.deployment_id,
+            client=client,
+            parameters=last.parameters,
+            tags=[tag],
+            timeout=0,
+            as_subflow=False,
+        )
+    log.info(f"relaunched workflow {workflow.workflow_id} as flow run {new.id}")
+    return str(new.id)
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text.lower())[:80]

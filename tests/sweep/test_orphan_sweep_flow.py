@@ -1,0 +1,53 @@
+"""The orphan_sweep flow on Prefect's test API: artifact, dry run, and stranded workflows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from prefect.client.orchestration import get_client
+
+from coder_chat.durable.markers import chat_labels
+from coder_chat.durable.sqlite import SqliteStore
+from coder_chat.simulator import Simulator
+from flows.orphan_sweep import orphan_sweep
+from tests.simulator.wire import Wire
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+
+
+@pytest.fixture
+def coder_env(sim: Simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    for name, value in sim.env().items():
+        monkeypatch.setenv(name, value)
+    db = tmp_path / "ledger.sqlite3"
+    monkeypatch.setenv("PREFECT_CODER_SQLITE_PATH", str(db))
+    yield db
+
+
+async def test_the_flow_retires_orphans_and_reports(sim: Simulator, coder_env: Path) -> None:
+    async with Wire(sim) as wire:
+        orphan = (await wire.create("lost", labels=chat_labels("wf-lost", 1, "nightly")))["id"]
+        await sim.wait_for_status(orphan, "waiting")
+    dry = await orphan_sweep(target_deployment="nightly", orphan_age_seconds=0, dry_run=True)
+    assert dry == {"chats": 1, "acted": 1, "stranded": 0, "relaunched": 0}
+    assert not sim.chat(orphan).archived
+    summary = await orphan_sweep(target_deployment="nightly", orphan_age_seconds=0)
+    assert summary["acted"] == 1 and sim.chat(orphan).archived
+    async with get_client() as client:
+        artifacts = await client.read_latest_artifacts()
+    table = [a for a in artifacts if a.key == "orphan-sweep-nightly"]
+    assert table and orphan in str(table[0].data)
+
+
+async def test_stranded_workflows_outside_a_deployment_are_reported_not_relaunched(
+    sim: Simulator, coder_env: Path
+) -> None:
+    store = SqliteStore(coder_env)
+    await store.begin_run(
+        str(sim.organization_id), "wf-stranded", deployment="nightly", flow_run_id=None
+    )
+    await store.close()
+    summary = await orphan_sweep(target_deployment="nightly", stale_heartbeat_seconds=0)
+    assert summary["stranded"] == 1 and summary["relaunched"] == 0
