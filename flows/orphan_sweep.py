@@ -13,7 +13,7 @@ from prefect import flow, get_run_logger
 from tasks.sweep import relaunch_workflow, sweep_orphans
 
 
-@flow(name="orphan-sweep")
+@flow(name="orphan-sweep", timeout_seconds=240)
 async def orphan_sweep(
     target_deployment: str = "durable-chat",
     orphan_age_seconds: float = 900.0,

@@ -7,7 +7,8 @@ sweep widens the plain fleet sweep as the reference says:
 
 * it lists *every* chat carrying the deployment's label, in any status, all
   pages read before acting (archiving shifts pages);
-* a chat no checkpoint accounts for and older than ``orphan_age`` is retired:
+* a chat no checkpoint accounts for and older than ``orphan_age`` is retired
+  (unless its workflow still runs: that workflow adopts it, keeping its ledger),
   a ``requires_action`` pause is first answered from the tool ledger (a pause
   with a committed effect is never interrupted away), anything live is
   interrupted with a bounded wait, then the chat is archived;
@@ -99,11 +100,14 @@ async def sweep(
     ]
     workflows = await store.list_workflows(tenant, deployment=policy.deployment)
     owners = {w.chat_id: w for w in workflows if w.chat_id}
+    by_id = {w.workflow_id: w for w in workflows}
+    discarded = {c.chat_id for c in await store.list_chats(tenant, discarded=True)}
     now = utcnow()
     result = SweepReport(chats_seen=len(chats))
     fence: Fence | None = None
     for chat in chats:
-        finding = _classify(chat, owners.get(chat.id), policy, now)
+        workflow = by_id.get(chat.labels.get(LABEL_WORKFLOW, ""))
+        finding = _classify(chat, owners.get(chat.id), workflow, chat.id in discarded, policy, now)
         if finding.action in ("retire", "interrupt") and not policy.dry_run:
             if fence is None:
                 fence = await store.begin_run(
@@ -130,22 +134,36 @@ async def sweep(
 
 
 def _classify(
-    chat: Chat, owner: WorkflowRecord | None, policy: SweepPolicy, now: datetime
+    chat: Chat,
+    owner: WorkflowRecord | None,
+    workflow: WorkflowRecord | None,
+    discarded: bool,
+    policy: SweepPolicy,
+    now: datetime,
 ) -> ChatFinding:
     workflow_id = chat.labels.get(LABEL_WORKFLOW)
 
     def finding(action: str, reason: str) -> ChatFinding:
         return ChatFinding(chat.id, chat.status, workflow_id, action, reason)
 
-    if owner is not None:
+    if owner is not None and not discarded:
         live = chat.status in ("running", "interrupting", "pending")
         if live and _older(chat.updated_at, now, policy.stuck_after):
             return finding("interrupt", f"stuck: {chat.status} for over {policy.stuck_after:.0f}s")
         return finding("kept", f"owned by the checkpoint of workflow {owner.workflow_id}")
+    if discarded:
+        return finding("retire", "discarded after a stream failure; never adopted")
     if not _older(chat.created_at, now, policy.orphan_age):
         return finding(
             "too young",
             f"younger than {policy.orphan_age:.0f}s; its step may not have checkpointed yet",
+        )
+    if workflow is not None and workflow.state == WorkflowState.RUNNING:
+        # Its workflow (this run, or the relaunch of a stranded one) adopts it on its
+        # next empty-checkpoint step, keeping the tool ledger's keys: retiring it and
+        # starting over on a new chat could repeat the effects it already applied.
+        return finding(
+            "kept", f"left for workflow {workflow.workflow_id} to adopt (it is still running)"
         )
     return finding("retire", "no checkpoint owns it")
 

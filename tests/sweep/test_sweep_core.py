@@ -10,6 +10,7 @@ import pytest
 from coder_chat import ChatClient
 from coder_chat.durable.context import StepTools
 from coder_chat.durable.markers import chat_labels
+from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.sweep import NOT_RUN, SweepPolicy, sweep
 from coder_chat.simulator import Simulator
@@ -84,6 +85,7 @@ async def test_a_paused_orphan_is_answered_from_the_ledger_first(
         fence = await store.begin_run(tenant, "wf-crashed")
         await store.claim_tool(fence, paused, call_id, tool_name="charge_card")
         await store.complete_tool(fence, paused, call_id, output="charged: receipt r-1")
+        await store.finish(fence, WorkflowState.FAILED)  # its workflow ended: nobody will adopt it
         await sweep(client, store, tenant, policy(), report=lambda _: None)
     submitted = [r for r in sim.records.tool_results if r.tool_call_id == call_id]
     assert [(r.output, r.synthetic) for r in submitted] == [("charged: receipt r-1", False)]
@@ -140,3 +142,19 @@ async def test_stuck_turns_are_interrupted_and_stale_workflows_reported(
         stuck
     ).archived  # a stuck turn is stopped, not retired: its workflow owns it
     assert [w.workflow_id for w in report.stranded] == ["wf-stuck"]
+
+
+async def test_an_orphan_of_a_running_workflow_is_left_for_adoption(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    tenant = str(sim.organization_id)
+    async with Wire(sim) as wire, ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        orphan = await labelled(wire, "wf-alive", "first attempt")
+        discarded = await labelled(wire, "wf-alive", "discarded attempt")
+        fence = await store.begin_run(tenant, "wf-alive")  # running, empty checkpoint
+        await store.mark_discarded(fence, discarded)
+        await sim.wait_for_status(orphan, "waiting")
+        report = await sweep(client, store, tenant, policy(), report=lambda _: None)
+    actions = {f.chat_id: f.action for f in report.findings}
+    assert actions == {orphan: "kept", discarded: "archived"}
+    assert not sim.chat(orphan).archived and sim.chat(discarded).archived
