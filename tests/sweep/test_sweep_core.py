@@ -103,6 +103,7 @@ async def test_a_committing_effect_without_its_tool_is_left_alone(
         await store.claim_tool(
             fence, paused, record.pending_calls[0].tool_call_id, tool_name="charge_card"
         )
+        await store.finish(fence, WorkflowState.FAILED)
         report = await sweep(
             client, store, tenant, policy(), tools=StepTools(), report=lambda _: None
         )
