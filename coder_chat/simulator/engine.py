@@ -10,6 +10,7 @@ commit a step, stream a delta, pause for client tools, finish or fail a turn.
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -18,7 +19,7 @@ from . import validation as check
 from .config import SimulatorConfig
 from .errors import ApiError, bad_request, conflict, not_found
 from .faults import FaultPlan
-from .records import ArchiveRecord, InterruptRecord, Records, ToolResultRecord
+from .records import ArchiveRecord, InterruptRecord, Records, ToolResultRecord, TurnRecord
 from .state import JSON, Chat, Counters, Message, PendingCall, QueuedMessage, StoredFile, now
 from .stream import Subscriber
 
@@ -46,6 +47,7 @@ class Run:
     interrupted: asyncio.Event = field(default_factory=asyncio.Event)
     tool_answer: asyncio.Future[list[ToolOutcome]] | None = None
     task: asyncio.Task[None] | None = None
+    started: float = field(default_factory=time.perf_counter)
 
 
 class Engine:
@@ -520,9 +522,14 @@ class Engine:
         }
         self.publish(chat)
 
+    def _record_turn(self, chat: Chat, outcome: str) -> None:
+        run = self.runs.pop(chat.id, None)
+        if run is not None:
+            self.records.turns.append(TurnRecord(chat.id, outcome, time.perf_counter() - run.started))
+
     def finish_turn(self, chat: Chat) -> None:
         """The run ended: promote the next queued prompt, or settle in ``waiting``."""
-        self.runs.pop(chat.id, None)
+        self._record_turn(chat, "finished")
         if chat.archived:
             return
         if chat.queue:
@@ -536,7 +543,7 @@ class Engine:
         self.watch("status_change", chat)
 
     def fail_turn(self, chat: Chat, error: JSON) -> None:
-        self.runs.pop(chat.id, None)
+        self._record_turn(chat, "failed")
         chat.last_error = error
         self._set_status(chat, "error")
         self.publish(chat)

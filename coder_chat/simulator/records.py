@@ -49,6 +49,15 @@ class ToolResultRecord:
 
 
 @dataclass(frozen=True)
+class TurnRecord:
+    """One model run: how long the simulated server itself spent on it (seconds)."""
+
+    chat_id: uuid.UUID
+    outcome: str
+    duration: float
+
+
+@dataclass(frozen=True)
 class RequestRecord:
     method: str
     route: str
@@ -64,6 +73,7 @@ class Records:
     archives: list[ArchiveRecord] = field(default_factory=list)
     tool_results: list[ToolResultRecord] = field(default_factory=list)
     requests: list[RequestRecord] = field(default_factory=list)
+    turns: list[TurnRecord] = field(default_factory=list)
 
     def request_counts(self) -> Counter[str]:
         """How many requests each route served (the sweep benchmark reads this)."""
