@@ -31,6 +31,14 @@ from .models import (
 )
 
 FinishReason = Literal["stop", "tool-calls", "error"]
+_SUMMED = (
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "reasoning_tokens",
+    "cache_read_tokens",
+    "cache_creation_tokens",
+)
 
 
 @dataclass
@@ -96,14 +104,26 @@ class TurnTranslator:
         return [self._messages[i] for i in sorted(self._messages)]
 
     def usage(self) -> Usage:
-        total = Usage(input_tokens=0, output_tokens=0, total_tokens=0)
+        """The whole turn's usage: the sum over its assistant messages (one per model step).
+
+        chatd reports ``input_tokens`` without cached tokens; like the reference SDK,
+        the cache reads and writes are added back into the input total (and kept
+        apart in their own fields too).
+        """
+        sums = dict.fromkeys(_SUMMED, 0)
         for message in self.messages:
-            if message.role != "assistant" or message.usage is None:
-                continue
-            for name in ("input_tokens", "output_tokens", "total_tokens"):
-                value = getattr(message.usage, name) or 0
-                setattr(total, name, (getattr(total, name) or 0) + value)
-        return total
+            if message.role == "assistant" and message.usage is not None:
+                for name in _SUMMED:
+                    sums[name] += getattr(message.usage, name) or 0
+        cached = sums["cache_read_tokens"] + sums["cache_creation_tokens"]
+        return Usage(
+            input_tokens=sums["input_tokens"] + cached,
+            output_tokens=sums["output_tokens"],
+            total_tokens=sums["total_tokens"] + (cached if sums["total_tokens"] else 0),
+            reasoning_tokens=sums["reasoning_tokens"],
+            cache_read_tokens=sums["cache_read_tokens"],
+            cache_creation_tokens=sums["cache_creation_tokens"],
+        )
 
     # -- helpers -------------------------------------------------------------------------
     def _message(self, message: ChatMessage) -> None:
