@@ -28,7 +28,9 @@ def pct(values: list[float], q: float) -> float:
 
 async def turn_latency() -> None:
     async with serve_simulator(SimulatorConfig()) as sim:
-        session = ChatSession(base_url=sim.base_url, token=sim.token, organization_id=str(sim.organization_id))
+        session = ChatSession(
+            base_url=sim.base_url, token=sim.token, organization_id=str(sim.organization_id)
+        )
         await session.generate("warm up")
         sim.records.turns.clear()
         walls = []
@@ -41,7 +43,11 @@ async def turn_latency() -> None:
     overhead = [w - s for w, s in zip(walls, server, strict=True)]
     print(f"turn latency over {TURNS} turns on one chat (ms):")
     print(f"  {'':>22} {'p50':>7} {'p99':>7}")
-    for name, values in (("generate()", walls), ("simulator's own time", server), ("client overhead", overhead)):
+    for name, values in (
+        ("generate()", walls),
+        ("simulator's own time", server),
+        ("client overhead", overhead),
+    ):
         print(f"  {name:>22} {pct(values, 0.5):>7.2f} {pct(values, 0.99):>7.2f}")
     print(f"  mean overhead {statistics.mean(overhead) * 1000:.2f} ms")
 

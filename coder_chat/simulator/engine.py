@@ -525,7 +525,9 @@ class Engine:
     def _record_turn(self, chat: Chat, outcome: str) -> None:
         run = self.runs.pop(chat.id, None)
         if run is not None:
-            self.records.turns.append(TurnRecord(chat.id, outcome, time.perf_counter() - run.started))
+            self.records.turns.append(
+                TurnRecord(chat.id, outcome, time.perf_counter() - run.started)
+            )
 
     def finish_turn(self, chat: Chat) -> None:
         """The run ended: promote the next queued prompt, or settle in ``waiting``."""
