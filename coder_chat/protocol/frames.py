@@ -66,22 +66,11 @@ def _delta(item: dict[str, Any]) -> MessagePartEvent:
     if type(part) is not dict or type(part.get("type")) is not str:
         raise FrameError("malformed 'message_part' event: no part with a type")
     assert type(body) is dict  # implied by the part check above
-    get = part.get
-    text, call_id, tool = get("text"), get("tool_call_id"), get("tool_name")
-    args_delta, result_delta = get("args_delta"), get("result_delta")
-    for value in (text, call_id, tool, args_delta, result_delta):
-        if value is not None and type(value) is not str:
-            raise FrameError("malformed 'message_part' event: a text field is not a string")
-    reset = part.get("result_reset")
-    delta = DeltaPart(
-        part["type"],
-        text,
-        call_id,
-        tool,
-        args_delta,
-        result_delta,
-        reset if type(reset) is bool else None,
-    )
+    text = part.get("text")
+    if len(part) == 2 and type(text) is str:  # the common case: a plain text delta
+        delta = DeltaPart(part["type"], text)
+    else:
+        delta = _full_part(part)
     version, attempt, seq = (
         body.get("history_version"),
         body.get("generation_attempt"),
@@ -94,4 +83,24 @@ def _delta(item: dict[str, Any]) -> MessagePartEvent:
     return MessagePartEvent(
         chat_id if type(chat_id) is str else None,
         MessagePart(role if type(role) is str else "assistant", delta, version, attempt, seq),
+    )
+
+
+def _full_part(part: dict[str, Any]) -> DeltaPart:
+    """Any other part (reasoning, tool-call, tool-result deltas): every field's type checked."""
+    get = part.get
+    text, call_id, tool = get("text"), get("tool_call_id"), get("tool_name")
+    args_delta, result_delta = get("args_delta"), get("result_delta")
+    for value in (text, call_id, tool, args_delta, result_delta):
+        if value is not None and type(value) is not str:
+            raise FrameError("malformed 'message_part' event: a text field is not a string")
+    reset = get("result_reset")
+    return DeltaPart(
+        part["type"],
+        text,
+        call_id,
+        tool,
+        args_delta,
+        result_delta,
+        reset if type(reset) is bool else None,
     )
