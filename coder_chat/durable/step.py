@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..client.session import ChatSession
 from ..client.tools import ClientTool, structured_output_tool
-from ..errors import CoderChatError, CoderError, CoderStreamError
+from ..errors import CoderApiError, CoderChatError, CoderError, CoderStreamError
 from ..protocol.models import Chat
 from ..protocol.transcript import final_text, structured_output, to_transcript
 from .context import PINS_CUT_SHORT, StepContext
@@ -212,6 +212,15 @@ async def _run_turn(
         if exc.kind == "timeout":
             await _journal_reason(ctx, session.chat_id, entry, "timeout")
         raise
+    except CoderApiError as exc:
+        if entry is not None and session.chat_id is not None and _send_refused(exc):
+            # The server answered the send with a refusal: nothing is in flight, so
+            # recovery need not sleep out the commit horizon before resubmitting.
+            with contextlib.suppress(CoderError):
+                await ctx.store.write_journal(
+                    ctx.fence, session.chat_id, entry.model_copy(update={"horizon": None})
+                )
+        raise
     except (TimeoutError, asyncio.CancelledError):
         await asyncio.shield(_journal_reason(ctx, session.chat_id, entry, "abort"))
         raise
@@ -245,6 +254,15 @@ def _session_tools(ctx: StepContext, spec: StepSpec) -> list[ClientTool]:
     if spec.declare_structured_output and spec.output_type is None:
         tools.append(structured_output_tool(_AnyAnswer))
     return tools
+
+
+#: Answers that prove the server did not take the prompt (a gateway's 502/504 or a
+#: 500 might come after the backend committed it, so those keep the horizon).
+_REFUSED = frozenset({400, 401, 403, 404, 409, 413, 422, 425, 429, 503})
+
+
+def _send_refused(exc: CoderApiError) -> bool:
+    return exc.method == "POST" and exc.path.endswith("/messages") and exc.status in _REFUSED
 
 
 async def _journal_send(ctx: StepContext, chat_id: str) -> JournalEntry:

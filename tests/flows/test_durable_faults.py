@@ -1,0 +1,87 @@
+"""Faults during a durable workflow end with the right result and no duplicate effect."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from coder_chat.simulator import Simulator
+from flows.durable_chat import durable_chat
+
+from .example_tools import CHARGES
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+
+CHARGE = 'charge it /deltas 40 /tool charge_card {"amount_cents": 250}'
+TOOLS = ["tests.flows.example_tools:charge_card"]
+
+
+@pytest.fixture
+def coder_env(sim: Simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    for name, value in sim.env().items():
+        monkeypatch.setenv(name, value)
+    db = tmp_path / "ledger.sqlite3"
+    monkeypatch.setenv("PREFECT_CODER_SQLITE_PATH", str(db))
+    CHARGES.clear()
+    yield db
+
+
+def user_messages(sim: Simulator, chat_id: str, marker: str) -> int:
+    return sum(1 for m in sim.messages(chat_id) if m.role == "user" and marker in m.text())
+
+
+async def test_stream_drops_mid_delta_and_mid_pause(sim: Simulator, coder_env: Path) -> None:
+    sim.config.delta_interval = 0.002
+    sim.faults.drop_streams(after_events=6, times=4)
+    results = await durable_chat(workflow_id="wf-drops", prompts=["warm up", CHARGE], tools=TOOLS)
+    chat_id = results[1].chat_id
+    final = [m for m in sim.messages(chat_id) if m.role == "assistant"][-1]
+    assert results[1].text == final.text()  # no lost and no duplicated text
+    assert list(CHARGES.values()) == [1]
+    assert user_messages(sim, chat_id, "[wf-drops/step-2]") == 1
+
+
+async def test_a_lost_action_required_is_recovered(sim: Simulator, coder_env: Path) -> None:
+    sim.faults.withhold_action_required(times=1)
+    results = await durable_chat(workflow_id="wf-lost-action", prompts=[CHARGE], tools=TOOLS)
+    assert "charge_card returned" in results[0].text
+    assert list(CHARGES.values()) == [1]
+
+
+async def test_5xx_and_429_bursts_on_reads_and_on_the_send(sim: Simulator, coder_env: Path) -> None:
+    sim.faults.fail_next("get_messages", 503, count=2)
+    sim.faults.fail_next("list_chats", 429, count=1)
+    results = await durable_chat(
+        workflow_id="wf-bursts", prompts=["first", CHARGE], tools=TOOLS, archive_at_end=False
+    )
+    chat_id = results[0].chat_id
+    # The send itself fails once: the task retries; recovery sees it never landed.
+    sim.faults.fail_next("send_message", 503, count=1)
+    more = await durable_chat(
+        workflow_id="wf-bursts", prompts=["first", CHARGE, "third"], tools=TOOLS
+    )
+    assert [r.verdict for r in more[:2]] == [r.verdict for r in results]  # cached steps
+    assert more[2].text == 'You said: "[wf-bursts/step-3] third"'
+    assert user_messages(sim, chat_id, "[wf-bursts/step-3]") == 1
+    assert list(CHARGES.values()) == [1]
+
+
+async def test_a_segment_timeout_is_retried_after_settling(sim: Simulator, coder_env: Path) -> None:
+    first = await durable_chat(workflow_id="wf-timeout", prompts=["warm up"], archive_at_end=False)
+    # The stream cannot be opened for a while: the segment's clock runs out while
+    # the client backs off (redials never reset it), and the task is retried.
+    sim.faults.fail_next("stream", 503, count=3)
+    results = await durable_chat(
+        workflow_id="wf-timeout",
+        prompts=["warm up", "second"],
+        request_timeout=1.5,
+        step_deadline=30,
+    )
+    chat_id = first[0].chat_id
+    # The timed-out attempt may have finished server-side, but the timeout already
+    # fired an interrupt, so recovery pins it cut short and resubmits it once.
+    assert results[1].verdict == "resubmitted"
+    assert user_messages(sim, chat_id, "[wf-timeout/step-2]") == 2
+    assert results[1].text == 'You said: "[wf-timeout/step-2] second"'
