@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from coder_chat import ChatClient
+from coder_chat import ChatClient, CoderStreamError
 from coder_chat.durable.context import DurableOptions, StepContext, StepTools
 from coder_chat.durable.markers import LABEL_STEP, LABEL_WORKFLOW
 from coder_chat.durable.sqlite import SqliteStore
@@ -69,3 +69,26 @@ async def test_three_steps_then_a_rerun_recovers(sim: Simulator, store: SqliteSt
         assert len(CHARGES) == 1
         workflow = await store.get_workflow(tenant, "wf-1")
         assert workflow is not None and workflow.chat_id == chat_id
+
+
+async def test_a_stream_failure_discards_and_retires_the_new_chat(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    tenant = str(sim.organization_id)
+    sim.faults.drop_streams(after_events=0, times=5)  # exactly the redial budget
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        fence = await store.begin_run(tenant, "wf-discard")
+        ctx = StepContext(client, store, fence, "wf-discard", 1, StepTools(), FAST)
+        with pytest.raises(CoderStreamError) as caught:
+            await run_step(ctx, StepSpec(prompt="hello"))
+        assert caught.value.retryable  # a fresh chat with nothing outside it
+        lost = caught.value.chat_id
+        assert lost is not None
+        record = await store.get_chat(tenant, lost)
+        assert record is not None and record.discarded
+        assert sim.chat(lost).archived  # no tool effect to reconcile: retired at once
+        workflow = await store.get_workflow(tenant, "wf-discard")
+        assert workflow is not None and workflow.chat_id is None  # nothing checkpointed
+        retried = await run_step(ctx, StepSpec(prompt="hello"))  # the retry: a fresh chat
+    assert retried.chat_id != lost and retried.verdict == "ran"
+    assert retried.text == 'You said: "[wf-discard/step-1] hello"'
