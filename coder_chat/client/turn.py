@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from ..errors import CoderChatError, CoderError, CoderStreamError
+from ..errors import CoderApiError, CoderChatError, CoderError, CoderStreamError
 from ..protocol.models import ChatErrorInfo, ToolCallRequest
 from ..protocol.models_hint import resolve_model_hint
 from ..protocol.transcript import pending_client_calls, structured_output, to_transcript
@@ -200,7 +200,14 @@ class Turn:
 
     async def submit_results(self, results: list[dict[str, Any]]) -> None:
         assert self.session.chat_id is not None
-        await self.client.submit_tool_results(self.session.chat_id, results)
+        try:
+            await self.client.submit_tool_results(self.session.chat_id, results)
+        except CoderApiError as exc:
+            # The server no longer waits on these calls: its tool deadline answered
+            # them ("Tool execution timed out") while the tools ran, or an interrupt
+            # did. Keep reading: the turn goes on, maybe with a new call to answer.
+            if exc.status not in (400, 409) or exc.method != "POST":
+                raise
         self.translator.resume([r["tool_call_id"] for r in results])
 
     # -- reading -----------------------------------------------------------------------------

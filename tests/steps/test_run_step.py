@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,7 +14,8 @@ from coder_chat.durable.markers import LABEL_STEP, LABEL_WORKFLOW
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.step import StepSpec, run_step
 from coder_chat.durable.tools import durable_tool
-from coder_chat.simulator import Simulator
+from coder_chat.simulator import Simulator, SimulatorConfig, serve_simulator
+from tests.conftest import fast_config
 
 CHARGES: list[tuple[int, str]] = []
 
@@ -92,3 +94,47 @@ async def test_a_stream_failure_discards_and_retires_the_new_chat(
         retried = await run_step(ctx, StepSpec(prompt="hello"))  # the retry: a fresh chat
     assert retried.chat_id != lost and retried.verdict == "ran"
     assert retried.text == 'You said: "[wf-discard/step-1] hello"'
+
+
+SLOW_RUNS: list[str] = []
+SIM_CONFIG: list[SimulatorConfig] = []
+
+
+@durable_tool
+async def slow_charge(amount_cents: int, idempotency_key: str) -> str:
+    """Charge, slower than the server's tool deadline."""
+    # The first call's 0.3 s deadline is already running; give the model's second
+    # call (after the server times this one out) a deadline it can meet.
+    asyncio.get_running_loop().call_later(0.1, setattr, SIM_CONFIG[0], "tool_result_deadline", 5.0)
+    await asyncio.sleep(0.6)
+    SLOW_RUNS.append(idempotency_key)
+    return f"charged {amount_cents}"
+
+
+async def test_a_tool_the_server_timed_out_is_answered_from_the_ledger_when_called_again(
+    tmp_path: Path, store: SqliteStore
+) -> None:
+    SLOW_RUNS.clear()
+    config = fast_config(tool_result_deadline=0.3)
+    SIM_CONFIG[:] = [config]
+    async with serve_simulator(config) as sim:
+        tenant = str(sim.organization_id)
+        async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+            fence = await store.begin_run(tenant, "wf-deadline")
+            ctx = StepContext(
+                client, store, fence, "wf-deadline", 1, StepTools.build([slow_charge]), FAST
+            )
+            result = await run_step(
+                ctx, StepSpec(prompt='pay /tool slow_charge {"amount_cents": 9}')
+            )
+        results = [r for r in sim.records.tool_results if r.tool_name == "slow_charge"]
+    # The server timed the first call out; the model called again with the same
+    # arguments; the second call was answered from the first call's ledger entry.
+    assert [(r.synthetic, r.output) for r in results] == [
+        (True, "Tool execution timed out"),
+        (False, "charged 9"),
+    ]
+    assert len(SLOW_RUNS) == 1  # the effect ran once
+    entries = await store.list_tools(tenant, result.chat_id)
+    assert [e.state for e in entries] == ["done", "done"]
+    assert entries[0].output == entries[1].output == "charged 9"
