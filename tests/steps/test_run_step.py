@@ -11,6 +11,7 @@ import pytest
 from coder_chat import ChatClient, CoderStreamError
 from coder_chat.durable.context import DurableOptions, StepContext, StepTools
 from coder_chat.durable.markers import LABEL_STEP, LABEL_WORKFLOW
+from coder_chat.durable.records import JournalEntry
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.step import StepSpec, run_step
 from coder_chat.durable.tools import durable_tool
@@ -138,3 +139,24 @@ async def test_a_tool_the_server_timed_out_is_answered_from_the_ledger_when_call
     entries = await store.list_tools(tenant, result.chat_id)
     assert [e.state for e in entries] == ["done", "done"]
     assert entries[0].output == entries[1].output == "charged 9"
+
+
+async def test_a_resubmitted_step_is_told_what_its_tools_already_did(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    tenant = str(sim.organization_id)
+    CHARGES.clear()
+    prompt = 'pay /tool charge_card {"amount_cents": 300}'
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        fence = await store.begin_run(tenant, "wf-notes")
+        ctx = StepContext(client, store, fence, "wf-notes", 1, StepTools.build([charge_card]), FAST)
+        first = await run_step(ctx, StepSpec(prompt=prompt))
+        # As if that attempt had timed out: its timeout fired an interrupt, so
+        # recovery must treat it as cut short and resubmit.
+        entry = JournalEntry(state="submitting", marker=ctx.marker, attempt=0, reason="timeout")
+        await store.write_journal(fence, first.chat_id, entry)
+        again = await run_step(ctx, StepSpec(prompt=prompt))
+    assert again.verdict == "resubmitted"
+    users = [m.text() for m in sim.messages(first.chat_id) if m.role == "user"]
+    assert len(users) == 2 and "charge_card already ran for this step" in users[1]
+    assert len(CHARGES) == 1  # the resubmitted step's call was answered from the ledger
