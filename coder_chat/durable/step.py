@@ -86,7 +86,11 @@ async def run_step(ctx: StepContext, spec: StepSpec) -> StepResult:
     if chat_id is not None:
         record = await ctx.store.get_chat(ctx.tenant, chat_id)
         entry = record.journal if record else None
-        if adopted or (entry is not None and entry.marker == ctx.marker):
+        if (
+            adopted
+            or (entry is not None and entry.marker == ctx.marker)
+            or (entry is None and await _created_with_this_step(ctx, chat_id))
+        ):
             reason: RecoveryReason = (
                 entry.reason if entry and entry.marker == ctx.marker else None
             ) or "hard_crash"
@@ -144,6 +148,17 @@ async def recover(
         return None
     cursor = max((m.id for m in tail.messages), default=None)
     return _Recovered(final_text(after, ctx.tools.names), output, cursor)
+
+
+async def _created_with_this_step(ctx: StepContext, chat_id: str) -> bool:
+    """A checkpointed chat with no journal entry at all: did this step's create send it?
+
+    A send that creates the chat is never journaled (there is no chat to journal it
+    on), so a checkpoint written after it (the turn's ``finally``, or an adoption by a
+    run that then died) is all that is left of an attempt that may have finished.
+    History decides: an attempt carrying this step's marker is recovered, never rerun.
+    """
+    return await count_attempts(ctx.client, chat_id, ctx.marker) > 0
 
 
 async def adopt_orphan(ctx: StepContext, spec: StepSpec) -> str | None:

@@ -1,0 +1,222 @@
+"""The crash lab: real child processes running ``durable_chat``, killed with SIGKILL.
+
+Every child runs ``python -m tests.crash.child '<json>'`` in its own session (so
+its process group holds everything it started) against the test's simulator and
+payments fake, the session's one Prefect test API, one ``PREFECT_HOME`` (the step
+result cache) and one SQLite store shared by all children of a test. A crash is
+``os.killpg(pgid, SIGKILL)``: no ``finally``, no shutdown hook runs. Whatever is
+still running when a test ends is killed the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from coder_chat.simulator import Simulator
+from prefect_coder.payments import Ledger
+
+from .child import GO, RESULT_PREFIX
+
+ROOT = Path(__file__).resolve().parents[2]
+CHARGE_CARD = "prefect_coder.demo_tools:charge_card"
+#: How long a child may take to reach a crash point (a cold Python + Prefect start included).
+REACH_TIMEOUT = 90.0
+#: How long a recovering child may take to finish its whole workflow.
+FINISH_TIMEOUT = 120.0
+
+
+class ChildFailed(AssertionError):
+    pass
+
+
+@dataclass
+class Child:
+    """One child process and where its output went."""
+
+    name: str
+    proc: asyncio.subprocess.Process
+    stdout: Path
+    stderr: Path
+    #: The child's parameters as canonical JSON.
+    params: str = ""
+    started: bool = False
+    killed: bool = False
+
+    @property
+    def running(self) -> bool:
+        return self.proc.returncode is None
+
+    def output(self) -> str:
+        return self.stdout.read_text(errors="replace") + self.stderr.read_text(errors="replace")
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.output().splitlines()[-lines:])
+
+
+@dataclass
+class CrashLab:
+    sim: Simulator
+    payments_url: str
+    payments: Ledger
+    root: Path
+    api_url: str
+    children: list[Child] = field(default_factory=list)
+
+    @property
+    def home(self) -> Path:
+        return self.root / "prefect-home"
+
+    @property
+    def db(self) -> Path:
+        return self.root / "ledger.sqlite3"
+
+    @property
+    def tenant(self) -> str:
+        return str(self.sim.organization_id)
+
+    def env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "CODER_"))}
+        env.update(self.sim.env())
+        env.update(
+            {
+                "PREFECT_API_URL": self.api_url,
+                "PREFECT_HOME": str(self.home),
+                "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+                "PREFECT_CODER_SQLITE_PATH": str(self.db),
+                "PAYMENTS_URL": self.payments_url,
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        return env
+
+    # -- children -------------------------------------------------------------------------
+    async def spawn(self, **params: Any) -> Child:
+        """Start a child for ``durable_chat(**params)``; it imports, then waits for :meth:`go`."""
+        name = f"child-{len(self.children) + 1}"
+        out, err = self.root / f"{name}.out", self.root / f"{name}.err"
+        with out.open("wb") as stdout, err.open("wb") as stderr:
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "tests.crash.child",
+                json.dumps(params),
+                cwd=ROOT,
+                env=self.env(),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=stdout,
+                stderr=stderr,
+                start_new_session=True,
+            )
+        child = Child(name, proc, out, err, json.dumps(params, sort_keys=True))
+        self.children.append(child)
+        return child
+
+    def go(self, child: Child) -> Child:
+        """Let a spawned child run its workflow."""
+        assert child.proc.stdin is not None
+        child.proc.stdin.write(f"{GO}\n".encode())
+        child.proc.stdin.close()
+        child.started = True
+        return child
+
+    async def start(self, *, reruns: int = 0, **params: Any) -> Child:
+        """A fresh process running ``durable_chat(**params)`` from now on.
+
+        ``reruns`` spawns that many more children with the same parameters, which
+        import Python and Prefect while this one runs; a later ``start`` with the same
+        parameters takes one of them (still a process that has done nothing yet).
+        """
+        params.setdefault("request_timeout", 10.0)
+        params.setdefault("step_deadline", 60.0)
+        key = json.dumps(params, sort_keys=True)
+        spare = next(
+            (c for c in self.children if c.params == key and not c.started and c.running),
+            None,
+        )
+        child = self.go(spare or await self.spawn(**params))
+        for _ in range(reruns):
+            await self.spawn(**params)
+        return child
+
+    async def crash(self, child: Child) -> None:
+        """SIGKILL the child's whole process group and reap it."""
+        if not child.running:
+            raise ChildFailed(f"{child.name} exited before the crash point:\n{child.tail()}")
+        self._kill(child)
+        await child.proc.wait()
+
+    async def finish(self, child: Child, timeout: float = FINISH_TIMEOUT) -> list[dict[str, Any]]:
+        """Wait for the child to end cleanly and return its step results."""
+        try:
+            async with asyncio.timeout(timeout):
+                code = await child.proc.wait()
+        except TimeoutError:
+            self._kill(child)
+            await child.proc.wait()
+            raise ChildFailed(
+                f"{child.name} did not finish in {timeout}s:\n{child.tail()}"
+            ) from None
+        if code != 0:
+            raise ChildFailed(f"{child.name} exited with {code}:\n{child.tail()}")
+        for line in child.stdout.read_text().splitlines():
+            if line.startswith(RESULT_PREFIX):
+                results: list[dict[str, Any]] = json.loads(line[len(RESULT_PREFIX) :])
+                return results
+        raise ChildFailed(f"{child.name} printed no results:\n{child.tail()}")
+
+    async def until(
+        self,
+        predicate: Callable[[], bool],
+        child: Child | None,
+        what: str,
+        timeout: float = REACH_TIMEOUT,
+    ) -> None:
+        """Poll the test's own peers until ``predicate`` holds; fail early if ``child`` died."""
+        loop = asyncio.get_running_loop()
+        give_up = loop.time() + timeout
+        while not predicate():
+            if child is not None and not child.running:
+                raise ChildFailed(f"{child.name} exited while waiting for {what}:\n{child.tail()}")
+            if loop.time() > give_up:
+                tail = child.tail() if child is not None else ""
+                raise ChildFailed(f"timed out waiting for {what}:\n{tail}")
+            await asyncio.sleep(0.01)
+
+    async def held(self, waiter: Any, child: Child, what: str) -> Any:
+        """Await a ``wait_held`` coroutine, failing early if the child died first."""
+        task = asyncio.ensure_future(waiter)
+        try:
+            await self.until(task.done, child, what)
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        return task.result()
+
+    async def close(self) -> None:
+        for child in self.children:
+            if child.proc.stdin is not None and not child.proc.stdin.is_closing():
+                child.proc.stdin.close()  # a spawned child never let go exits on its own
+            if child.running:
+                self._kill(child)
+                with contextlib.suppress(ProcessLookupError):
+                    await child.proc.wait()
+
+    def outputs(self) -> bytes:
+        return b"".join(c.stdout.read_bytes() + c.stderr.read_bytes() for c in self.children)
+
+    @staticmethod
+    def _kill(child: Child) -> None:
+        child.killed = True
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.proc.pid, signal.SIGKILL)
