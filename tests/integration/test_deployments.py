@@ -1,0 +1,652 @@
+"""The deployments end to end: a real ``prefect server``, ``prefect deploy``, process workers.
+
+Everything is a real process except the test's own peers (the Coder simulator and
+the payments fake, served from this event loop over loopback sockets):
+
+1. ``prefect server start`` (no UI, no scheduler) with its own ``PREFECT_HOME``;
+2. ``prefect work-pool create`` and ``prefect deploy --all --prefect-file
+   deployments/prefect.yaml`` from the repository root, then the three deployments,
+   the sweep's schedule and its concurrency limit are read back through the API;
+3. a process worker runs ``durable-chat``; its first turn charges a card, and the
+   worker is SIGKILLed with everything it started (its own process group and the
+   flow run's, which Prefect puts in a session of its own) while the tool's result
+   is on its way to Coder: an orphan chat is left paused on the call, with no
+   checkpoint;
+4. a fresh worker runs a second, live workflow whose chat is checkpointed and
+   mid-turn while the sweep runs;
+5. a triggered ``orphan-sweep`` run (short budgets) finds the crashed workflow's
+   heartbeat stale and relaunches it from its deployment; the relaunch adopts the
+   orphan, answers the paused call from the tool ledger, completes every step once
+   and archives the chat at the end.
+
+The checks read the simulator's and the payments fake's own records, the durable
+store and the Prefect API; nothing in the code under test is patched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import socket
+import sys
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+from prefect.client.orchestration import PrefectClient, get_client
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterKey,
+    FlowRunFilter,
+    FlowRunFilterId,
+    FlowRunFilterTags,
+    LogFilter,
+    LogFilterFlowRunId,
+)
+from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from coder_chat.durable.markers import LABEL_WORKFLOW, step_marker
+from coder_chat.durable.records import WorkflowRecord, WorkflowState, ledger_key, utcnow
+from coder_chat.durable.sqlite import SqliteStore
+from coder_chat.durable.step import StepResult
+from coder_chat.simulator import Simulator, SimulatorConfig, serve_simulator
+from coder_chat.simulator.state import Chat
+from prefect_coder.payments import serve_payments
+
+ROOT = Path(__file__).resolve().parents[2]
+PREFECT = str(Path(sys.executable).parent / "prefect")
+POOL = "coder-agents"
+CHARGE_CARD = "prefect_coder.demo_tools:charge_card"
+#: A workflow whose heartbeat is older than this is stranded (the sweep's budget here).
+STALE_SECONDS = 4.0
+#: How long the live workflow's second turn runs on the server: long enough that
+#: the sweep, its pick-up and its start all happen while the turn is live.
+LIVE_TURN_SECONDS = 45
+#: Generous bounds for anything that waits on a cold process (Python + Prefect imports).
+STARTUP_TIMEOUT = 120.0
+RUN_TIMEOUT = 240.0
+TERMINAL = frozenset(
+    {StateType.COMPLETED, StateType.FAILED, StateType.CRASHED, StateType.CANCELLED}
+)
+
+pytestmark = [
+    pytest.mark.timeout(900),
+    pytest.mark.skipif(
+        not Path("/proc/self/stat").exists(), reason="finds a worker's process tree in /proc"
+    ),
+]
+
+T = TypeVar("T")
+
+
+# -- real processes -----------------------------------------------------------------------------
+
+
+@dataclass
+class Proc:
+    name: str
+    proc: asyncio.subprocess.Process
+    log: Path
+
+    @property
+    def running(self) -> bool:
+        return self.proc.returncode is None
+
+    def tail(self, lines: int = 80) -> str:
+        text = self.log.read_text(errors="replace") if self.log.exists() else ""
+        return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass
+class Processes:
+    """Every process the test starts, each in its own session (a process group of its own)."""
+
+    root: Path
+    started: list[Proc] = field(default_factory=list)
+    #: Every process group the test has killed.
+    groups: set[int] = field(default_factory=set)
+
+    async def start(self, name: str, *argv: str, env: dict[str, str], cwd: Path) -> Proc:
+        log = self.root / f"{name}.log"
+        with log.open("wb") as out:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=cwd,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        started = Proc(name, proc, log)
+        self.started.append(started)
+        return started
+
+    async def run(
+        self, name: str, *argv: str, env: dict[str, str], cwd: Path, timeout: float = 120.0
+    ) -> str:
+        """Run a command to its end; fail with its output unless it exits 0."""
+        proc = await self.start(name, *argv, env=env, cwd=cwd)
+        try:
+            async with asyncio.timeout(timeout):
+                code = await proc.proc.wait()
+        except TimeoutError:
+            self.kill(proc)
+            await proc.proc.wait()
+            raise AssertionError(f"`{' '.join(argv)}` did not end in {timeout}s") from None
+        output = proc.log.read_text(errors="replace")
+        assert code == 0, f"`{' '.join(argv)}` exited with {code}:\n{output}"
+        return output
+
+    def kill(self, proc: Proc) -> None:
+        """SIGKILL the process and everything it started: no ``finally``, no shutdown hook runs.
+
+        Prefect's process worker starts each flow run in a session of its own, so
+        the worker's process group alone is not the whole worker: every group in
+        the process tree is frozen first (so nothing forks or reparents in between),
+        then all are killed.
+        """
+        if proc.running:  # not reaped yet, so its pid (and group id) is still its own
+            groups = freeze_tree(proc.proc.pid) | {proc.proc.pid}
+            self.groups |= groups
+            for group in groups:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(group, signal.SIGKILL)
+
+    async def crash(self, proc: Proc) -> None:
+        assert proc.running, f"{proc.name} exited on its own:\n{proc.tail()}"
+        self.kill(proc)
+        await proc.proc.wait()
+
+    async def close(self) -> None:
+        for proc in self.started:
+            self.kill(proc)
+            with contextlib.suppress(ProcessLookupError):
+                await proc.proc.wait()
+
+    def leftovers(self) -> list[str]:
+        """Live (non-zombie) processes still in any process group the test killed."""
+        return [
+            f"{pid} {name} (group {group})"
+            for pid, (_, group, state, name) in processes().items()
+            if group in self.groups and state != "Z"
+        ]
+
+    def diagnostics(self) -> str:
+        return "\n".join(
+            f"\n===== {p.name} (exit {p.proc.returncode}) =====\n{p.tail()}" for p in self.started
+        )
+
+
+def processes() -> dict[int, tuple[int, int, str, str]]:
+    """pid -> (parent pid, process group, state, name) of every process, from ``/proc``."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            text = stat.read_text()
+            # "pid (comm) state ppid pgrp ...": comm may hold spaces, so split after ")".
+            name = text[text.index("(") + 1 : text.rindex(")")]
+            state, ppid, pgrp = text[text.rindex(")") + 2 :].split()[:3]
+            found[int(stat.parent.name)] = (int(ppid), int(pgrp), state, name)
+    return found
+
+
+def freeze_tree(root: int) -> set[int]:
+    """SIGSTOP every process group in ``root``'s tree until no new one appears; return them."""
+    frozen: set[int] = set()
+    ours = os.getpgrp()
+    while True:
+        table = processes()
+        tree, todo = set(), [root]
+        while todo:
+            pid = todo.pop()
+            if pid in table and pid not in tree:
+                tree.add(pid)
+                todo.extend(p for p, (ppid, *_) in table.items() if ppid == pid)
+        groups = {table[pid][1] for pid in tree} - frozen - {ours}
+        if not groups:
+            return frozen
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGSTOP)
+        frozen |= groups
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without any Prefect or Coder setting of its own."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "CODER_"))}
+
+
+async def until(
+    probe: Callable[[], Awaitable[T | None]],
+    what: str,
+    timeout: float,
+    watch: list[Proc],
+    interval: float = 0.2,
+) -> T:
+    """Poll ``probe`` until it returns something; fail early if a watched process died."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + timeout
+    while True:
+        value = await probe()
+        if value is not None and value is not False:
+            return value
+        for proc in watch:
+            assert proc.running, f"{proc.name} exited while waiting for {what}:\n{proc.tail()}"
+        assert loop.time() < give_up, f"timed out after {timeout}s waiting for {what}"
+        await asyncio.sleep(interval)
+
+
+# -- the peers' records -------------------------------------------------------------------------
+
+
+def chats_of(sim: Simulator, workflow_id: str) -> list[Chat]:
+    return [c for c in sim.chats() if c.labels.get(LABEL_WORKFLOW) == workflow_id]
+
+
+def marker_counts(sim: Simulator, chat: Chat, workflow_id: str, steps: int) -> list[int]:
+    """Per step, how many user messages of the chat carry the step's marker."""
+    users = [m for m in sim.messages(chat.id) if m.role == "user"]
+    return [
+        sum(1 for m in users if step_marker(workflow_id, step) in m.text())
+        for step in range(1, steps + 1)
+    ]
+
+
+def committed_answers(sim: Simulator, chat: Chat, workflow_id: str, steps: int) -> list[str]:
+    """Per step, the text of the last assistant message the server committed for it."""
+    answers: dict[int, str] = {}
+    step = 0
+    for message in sim.messages(chat.id):
+        if message.role == "user":
+            step = next(
+                (n for n in range(1, steps + 1) if step_marker(workflow_id, n) in message.text()),
+                0,
+            )
+        elif message.role == "assistant" and message.text() and step:
+            answers[step] = message.text()
+    return [answers.get(n, "") for n in range(1, steps + 1)]
+
+
+async def wait_state(
+    client: PrefectClient, run_id: uuid.UUID, watch: list[Proc], timeout: float = RUN_TIMEOUT
+) -> FlowRun:
+    async def ended() -> FlowRun | None:
+        run = await client.read_flow_run(run_id)
+        return run if run.state is not None and run.state.type in TERMINAL else None
+
+    return await until(ended, f"flow run {run_id} to end", timeout, watch, interval=0.5)
+
+
+async def still_running(client: PrefectClient, run_id: uuid.UUID) -> None:
+    run = await client.read_flow_run(run_id)
+    assert run.state is None or run.state.type not in TERMINAL, f"flow run {run_id}: {run.state}"
+
+
+async def flow_run_logs(client: PrefectClient, run_id: uuid.UUID) -> list[str]:
+    logs = await client.read_logs(
+        log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])), limit=200
+    )
+    return [log.message for log in logs]
+
+
+async def relaunches(client: PrefectClient, workflow_id: str) -> list[FlowRun]:
+    tag = f"prefect-coder:relaunch:{workflow_id}"
+    return await client.read_flow_runs(
+        flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag]))
+    )
+
+
+@contextlib.asynccontextmanager
+async def opened(path: Path) -> AsyncIterator[SqliteStore]:
+    store = SqliteStore(path)
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+# -- the test -----------------------------------------------------------------------------------
+
+
+async def test_deploy_crash_sweep_and_relaunch(tmp_path: Path) -> None:
+    procs = Processes(tmp_path)
+    try:
+        await scenario(procs, tmp_path)
+        await procs.close()
+        assert procs.leftovers() == [], "processes survived their group's SIGKILL"
+    except BaseException:
+        print(procs.diagnostics())
+        raise
+    finally:
+        await procs.close()
+
+
+async def scenario(procs: Processes, tmp: Path) -> None:
+    # 1. A real Prefect server of its own.
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    server = await procs.start(
+        "server",
+        PREFECT,
+        "server",
+        "start",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-ui",
+        "--no-scheduler",  # only the runs this test triggers happen
+        env={
+            **clean_env(),
+            "PREFECT_HOME": str(tmp / "server-home"),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        },
+        cwd=tmp,
+    )
+
+    async def healthy() -> bool:
+        with contextlib.suppress(httpx.HTTPError):
+            async with httpx.AsyncClient(timeout=5) as http:
+                return (await http.get(f"{api}/health")).status_code == 200
+        return False
+
+    await until(healthy, "the server's /api/health", STARTUP_TIMEOUT, [server], interval=0.5)
+
+    # 2. Deploy from the YAML, from the repository root, as a user would.
+    cli_env = {
+        **clean_env(),
+        "PREFECT_API_URL": api,
+        "PREFECT_HOME": str(tmp / "cli-home"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
+    await procs.run(
+        "work-pool",
+        PREFECT,
+        "work-pool",
+        "create",
+        POOL,
+        "--type",
+        "process",
+        env=cli_env,
+        cwd=ROOT,
+    )
+    await procs.run(
+        "deploy",
+        PREFECT,
+        "--no-prompt",
+        "deploy",
+        "--all",
+        "--prefect-file",
+        "deployments/prefect.yaml",
+        env=cli_env,
+        cwd=ROOT,
+    )
+    with temporary_settings(updates={PREFECT_API_URL: api}):
+        async with get_client() as client:
+            await with_deployments(procs, client, tmp, server)
+
+
+async def with_deployments(
+    procs: Processes, client: PrefectClient, tmp: Path, server: Proc
+) -> None:
+    durable = await client.read_deployment_by_name("durable-chat/durable-chat")
+    sweep = await client.read_deployment_by_name("orphan-sweep/orphan-sweep")
+    archive = await client.read_deployment_by_name("archive-workflow/archive-workflow")
+    assert durable.entrypoint == "flows.durable_chat:durable_chat"
+    assert sweep.entrypoint == "flows.orphan_sweep:orphan_sweep"
+    assert archive.entrypoint == "flows.archive_workflow:archive_workflow"
+    for deployment in (durable, sweep, archive):
+        assert deployment.work_pool_name == POOL
+        assert deployment.enforce_parameter_schema
+    assert sweep.parameters == {"target_deployment": "durable-chat"}
+    [schedule] = sweep.schedules
+    assert schedule.active
+    assert getattr(schedule.schedule, "cron", None) == "*/5 * * * *"
+    assert getattr(schedule.schedule, "timezone", None) == "UTC"
+    assert sweep.global_concurrency_limit is not None
+    assert sweep.global_concurrency_limit.limit == 1
+    assert sweep.concurrency_options is not None
+    assert sweep.concurrency_options.collision_strategy == "CANCEL_NEW"
+    # The server runs no scheduler; pause the schedule as well, so that only the
+    # sweep this test triggers ever runs.
+    await client.update_deployment_schedule(sweep.id, schedule.id, active=False)
+
+    config = SimulatorConfig(interrupt_winddown=0.05)
+    async with serve_simulator(config) as sim, serve_payments() as (payments_url, payments):
+        db = tmp / "ledger.sqlite3"
+        worker_env = {
+            **clean_env(),
+            **sim.env(),
+            "PAYMENTS_URL": payments_url,
+            "PREFECT_CODER_SQLITE_PATH": str(db),
+            "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+            # Shared by every worker: Prefect keeps the step cache (task results) here.
+            "PREFECT_HOME": str(tmp / "worker-home"),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_WORKER_QUERY_SECONDS": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        tenant = str(sim.organization_id)
+
+        def start_worker(name: str) -> Awaitable[Proc]:
+            argv = [PREFECT, "--no-prompt", "worker", "start", "--pool", POOL, "--name", name]
+            return procs.start(name, *argv, env=worker_env, cwd=tmp)
+
+        async with opened(db) as store:
+
+            async def workflow(workflow_id: str) -> WorkflowRecord | None:
+                return await store.get_workflow(tenant, workflow_id)
+
+            # 3. The first worker runs a workflow whose first turn charges a card; the
+            #    tool's result is held on its way to Coder and the worker is killed.
+            crashed_id = f"it-crash-{uuid.uuid4().hex[:8]}"
+            crashed_params: dict[str, Any] = {
+                "workflow_id": crashed_id,
+                "prompts": [
+                    'charge the customer /tool charge_card {"amount_cents": 500}',
+                    "write the customer a receipt note",
+                    "say goodbye",
+                ],
+                "tools": [CHARGE_CARD],
+                "request_timeout": 30.0,
+                "step_deadline": 60.0,
+                "heartbeat_interval": 1.0,
+            }
+            first = await start_worker("worker-1")
+            sim.faults.hold("tool_results", phase="before")
+            crashed_run = await client.create_flow_run_from_deployment(
+                durable.id, parameters=crashed_params
+            )
+
+            async def held_result() -> Any:
+                await still_running(client, crashed_run.id)
+                return next((h for h in sim.faults.held() if h.route == "tool_results"), None)
+
+            held = await until(
+                held_result, "the tool result to be held", STARTUP_TIMEOUT, [first, server]
+            )
+            assert list(payments.applied.values()) == [1], payments.applied
+            await procs.crash(first)  # the worker and its flow run's process, at once
+            sim.faults.decide(held.id, "drop")  # the dead worker's request never lands
+
+            async def all_dead() -> bool:
+                return procs.leftovers() == []
+
+            await until(all_dead, "the crashed worker's processes to die", 30, [])
+
+            [orphan] = chats_of(sim, crashed_id)
+            assert orphan.status == "requires_action" and not orphan.archived
+            record = await workflow(crashed_id)
+            assert record is not None
+            assert record.state == WorkflowState.RUNNING and record.epoch == 1
+            assert record.chat_id is None, "the crashed first turn wrote no checkpoint"
+            assert record.flow_run_id == str(crashed_run.id)
+
+            # 4. A fresh worker, and a live workflow, checkpointed and mid-turn.
+            second = await start_worker("worker-2")
+            live_id = f"it-live-{uuid.uuid4().hex[:8]}"
+            live_params: dict[str, Any] = {
+                "workflow_id": live_id,
+                "prompts": ["hello", f"/sleep {LIVE_TURN_SECONDS} take your time"],
+                "request_timeout": 120.0,
+                "step_deadline": 180.0,
+                "heartbeat_interval": 1.0,
+                "archive_at_end": False,
+            }
+            live_run = await client.create_flow_run_from_deployment(
+                durable.id, parameters=live_params
+            )
+
+            async def live_mid_turn() -> Chat | None:
+                await still_running(client, live_run.id)
+                chats = chats_of(sim, live_id)
+                if len(chats) != 1 or chats[0].status != "running":
+                    return None
+                if marker_counts(sim, chats[0], live_id, 2)[1] != 1:
+                    return None
+                return chats[0]
+
+            live_chat = await until(
+                live_mid_turn, "the live workflow's second turn", STARTUP_TIMEOUT, [second, server]
+            )
+            live_record = await workflow(live_id)
+            assert live_record is not None and live_record.chat_id == str(live_chat.id)
+            assert live_record.epoch == 1
+
+            async def crashed_is_stale() -> bool:
+                found = await workflow(crashed_id)
+                assert found is not None
+                beat = found.heartbeat_at
+                return beat is None or utcnow() - beat > timedelta(seconds=STALE_SECONDS + 1)
+
+            await until(crashed_is_stale, "the crashed workflow's heartbeat to go stale", 60, [])
+
+            # 5. The sweep, with short budgets.
+            sweep_run = await client.create_flow_run_from_deployment(
+                sweep.id,
+                parameters={
+                    "target_deployment": "durable-chat",
+                    "orphan_age_seconds": 0.0,
+                    "stuck_after_seconds": 3600.0,
+                    "stale_heartbeat_seconds": STALE_SECONDS,
+                    "tools": [CHARGE_CARD],
+                },
+            )
+            swept = await wait_state(client, sweep_run.id, [second, server])
+            assert swept.state is not None and swept.state.type == StateType.COMPLETED, swept.state
+
+            async def sweep_saw_live() -> list[str] | None:
+                lines = await flow_run_logs(client, sweep_run.id)
+                kept = f"kept: owned by the checkpoint of workflow {live_id}"
+                found = [line for line in lines if str(live_chat.id) in line and kept in line]
+                return found or None
+
+            await until(sweep_saw_live, "the sweep's log of the live chat", 60, [second])
+
+            async def relaunched() -> FlowRun | None:
+                runs = await relaunches(client, crashed_id)
+                return runs[0] if runs else None
+
+            relaunch = await until(relaunched, "the relaunch", 60, [second, server])
+            assert relaunch.deployment_id == durable.id
+            assert relaunch.parameters == crashed_params
+
+            # 6. The relaunch adopts the orphan, completes every step, archives the chat.
+            done = await wait_state(client, relaunch.id, [second, server])
+            assert done.state is not None and done.state.type == StateType.COMPLETED, done.state
+            assert [r.id for r in await relaunches(client, crashed_id)] == [relaunch.id]
+            assert await relaunches(client, live_id) == []
+
+            assert chats_of(sim, crashed_id) == [orphan], "the relaunch adopted the orphan"
+            assert sim.chat(orphan.id).archived  # once, at the workflow's end
+            assert [a.archived for a in sim.records.archives if a.chat_id == orphan.id] == [True]
+            assert marker_counts(sim, orphan, crashed_id, 3) == [1, 1, 1]
+            record = await workflow(crashed_id)
+            assert record is not None
+            assert record.state == WorkflowState.FINISHED and record.epoch == 2
+            assert record.chat_id == str(orphan.id)
+            assert record.flow_run_id == str(relaunch.id)
+
+            # Every tool effect once: one charge, under the orphan's ledger key.
+            [key] = payments.applied
+            assert payments.applied[key] == 1
+            [result] = [r for r in sim.records.tool_results if r.chat_id == orphan.id]
+            assert not result.synthetic and not result.is_error
+            assert key == ledger_key(tenant, str(orphan.id), result.tool_call_id)
+            assert payments.receipts[key] in str(result.output)
+
+            # The steps the relaunched run returned: each once, in order.
+            verdicts = await transcript_verdicts(client, crashed_id)
+            assert verdicts == [("1", "recovered", "1"), ("2", "ran", "1"), ("3", "ran", "1")]
+            # ... and the step results it returned, as persisted by Prefect (the step
+            # cache): each once, and each what the server committed for its step.
+            steps = await turn_results(client, relaunch.id)
+            assert all(isinstance(s, StepResult) for s in steps), steps
+            assert [(s.step, s.verdict, s.chat_id) for s in steps] == [
+                (1, "recovered", str(orphan.id)),
+                (2, "ran", str(orphan.id)),
+                (3, "ran", str(orphan.id)),
+            ]
+            assert [s.text for s in steps] == committed_answers(sim, orphan, crashed_id, 3)
+            assert payments.receipts[key] in steps[0].text
+
+            # 7. The live workflow was left alone: it finishes its own turn.
+            live_done = await wait_state(client, live_run.id, [second, server])
+            assert live_done.state is not None
+            assert live_done.state.type == StateType.COMPLETED, live_done.state
+            assert [i for i in sim.records.interrupts if i.chat_id == live_chat.id] == []
+            assert [a for a in sim.records.archives if a.chat_id == live_chat.id] == []
+            assert not live_chat.archived
+            assert chats_of(sim, live_id) == [live_chat]
+            assert marker_counts(sim, live_chat, live_id, 2) == [1, 1]
+            live_record = await workflow(live_id)
+            assert live_record is not None
+            assert live_record.state == WorkflowState.FINISHED and live_record.epoch == 1
+            assert live_record.flow_run_id == str(live_run.id)
+            assert list(payments.applied.values()) == [1]
+
+
+async def turn_results(client: PrefectClient, run_id: uuid.UUID) -> list[Any]:
+    """The persisted results of the run's ``run-turn`` task runs, in step order."""
+    task_runs = await client.read_task_runs(
+        flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run_id]))
+    )
+    turns = sorted(
+        (t for t in task_runs if t.name.startswith("turn ")),
+        key=lambda t: int(t.name.rsplit(" ", 1)[-1]),
+    )
+    # One task run per step (Prefect's retries of a step stay inside its task run).
+    assert [int(t.name.rsplit(" ", 1)[-1]) for t in turns] == [1, 2, 3], turns
+    return [await t.state.aresult() for t in turns if t.state is not None]
+
+
+async def transcript_verdicts(client: PrefectClient, workflow_id: str) -> list[tuple[str, ...]]:
+    """(step, verdict, attempts) per row of the run's published transcript artifact."""
+    key = "coder-" + "".join(c if c.isalnum() else "-" for c in workflow_id.lower())[:90]
+    artifacts = await client.read_artifacts(
+        artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
+    )
+    assert len(artifacts) == 1, artifacts
+    markdown = str(artifacts[0].data)
+    rows = [
+        tuple(cell.strip() for cell in line.strip("|").split("|"))
+        for line in markdown.splitlines()
+        if line.startswith("| ") and line[2:3].isdigit()
+    ]
+    return [row[:3] for row in rows]
