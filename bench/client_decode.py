@@ -43,9 +43,9 @@ async def client_loop(base: str, per_frame: int) -> float:
         await stream.start()
         try:
             while True:
-                event = await stream.next()
-                count += 1
-                if isinstance(event, StatusEvent):
+                batch = await stream.next_batch()
+                count += len(batch)
+                if isinstance(batch[-1], StatusEvent):
                     break
         finally:
             await stream.aclose()

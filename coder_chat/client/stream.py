@@ -98,6 +98,14 @@ class ChatStream:
             self._take(await self._queue.get())
         return self._ready.popleft()
 
+    async def next_batch(self) -> list[AnyEvent]:
+        """Every event already decoded (at least one): a frame's worth without an await each."""
+        while not self._ready:
+            self._take(await self._queue.get())
+        batch = list(self._ready)
+        self._ready.clear()
+        return batch
+
     def next_nowait(self) -> AnyEvent | None:
         """The next event if one is already here, else ``None``."""
         while not self._ready:
