@@ -227,14 +227,15 @@ class ChatStream:
             raise _Failed(str(exc)) from exc
 
     def _deliver(self, events: list[AnyEvent], on_progress: Callable[[], None]) -> None:
-        forwarded, progressed, accept = [], False, self.ledger.accept
+        forwarded: list[AnyEvent] = []
+        progressed, accept, observed = False, self.ledger.accept, self._emit.enabled
         for event in events:
             verdict = accept(event)
-            if self._emit.enabled:
+            if observed:
                 self._emit(WsEvent(self.chat_id, self.reader, event.type, verdict.forward))
-            progressed = progressed or verdict.progress
             if verdict.forward:
                 forwarded.append(event)
+                progressed = progressed or verdict.progress
         if progressed:
             on_progress()
         if forwarded:

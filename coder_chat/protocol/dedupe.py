@@ -52,14 +52,14 @@ class StreamLedger:
         return _FORWARD
 
     def _delta(self, event: MessagePartEvent) -> Verdict:
-        part = event.message_part
-        if part.seq is None or part.history_version is None or part.generation_attempt is None:
+        seq, version, attempt = event.seq, event.history_version, event.generation_attempt
+        if seq is None or version is None or attempt is None:
             self.uncoordinated = True
             return _PROGRESS
-        episode = (part.history_version, part.generation_attempt)
-        if part.seq <= self._last_seq.get(episode, 0):
+        episode = (version, attempt)
+        if seq <= self._last_seq.get(episode, 0):
             return _DROP
-        self._last_seq[episode] = part.seq
+        self._last_seq[episode] = seq
         return _PROGRESS
 
     def _message(self, event: MessageEvent) -> Verdict:

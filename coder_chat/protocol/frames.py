@@ -20,7 +20,6 @@ from .models import (
     STREAM_EVENT,
     AnyEvent,
     DeltaPart,
-    MessagePart,
     MessagePartEvent,
     OtherEvent,
 )
@@ -82,7 +81,11 @@ def _delta(item: dict[str, Any]) -> MessagePartEvent:
     chat_id, role = item.get("chat_id"), body.get("role")
     return MessagePartEvent(
         chat_id if type(chat_id) is str else None,
-        MessagePart(role if type(role) is str else "assistant", delta, version, attempt, seq),
+        role if type(role) is str else "assistant",
+        delta,
+        version,
+        attempt,
+        seq,
     )
 
 

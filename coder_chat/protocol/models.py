@@ -163,21 +163,28 @@ class DeltaPart:
 
 
 @dataclass(slots=True)
-class MessagePart:
-    """A delta with its episode coordinates (absent on an era-B server)."""
+class MessagePartEvent:
+    """A delta with its episode coordinates (absent on an era-B server).
 
+    Flat, one object per delta (it is the hot path); ``message_part`` gives the
+    wire's nesting back: ``event.message_part.seq``, ``event.message_part.part.text``.
+    """
+
+    chat_id: str | None
     role: str
     part: DeltaPart
     history_version: int | None = None
     generation_attempt: int | None = None
     seq: int | None = None
-
-
-@dataclass(slots=True)
-class MessagePartEvent:
-    chat_id: str | None
-    message_part: MessagePart
     type: Literal["message_part"] = "message_part"
+
+    @property
+    def message_part(self) -> MessagePartEvent:
+        return self
+
+
+#: The wire's ``message_part`` payload; the event carries its fields itself.
+MessagePart = MessagePartEvent
 
 
 class StatusPayload(WireModel):
