@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from ..client.rest import ChatClient
+from ..client.session import ChatSession
 from ..errors import CoderApiError, CoderError
 from ..protocol.models import Chat
 from ..protocol.transcript import call_args, to_transcript
@@ -282,15 +283,11 @@ async def _settle(client: ChatClient, chat_id: str, policy: SweepPolicy) -> None
 
 
 async def _archive(client: ChatClient, chat_id: str, policy: SweepPolicy) -> None:
-    loop = asyncio.get_running_loop()
-    give_up = loop.time() + policy.archive_window
-    while True:
-        try:
-            await client.archive_chat(chat_id)
-            return
-        except CoderApiError as exc:
-            if exc.status == 400 and "already archived" in exc.message:
-                return
-            if exc.status != 409 or loop.time() >= give_up:
-                raise
-        await asyncio.sleep(policy.archive_retry_interval)
+    session = ChatSession(
+        client=client,
+        organization_id="sweep",  # archiving needs no organization; the session requires one
+        chat_id=chat_id,
+        archive_retry_interval=policy.archive_retry_interval,
+        archive_window=policy.archive_window,
+    )
+    await session.archive()  # retries 409 while a run winds down; archived already is done
