@@ -66,10 +66,7 @@ def _delta(item: dict[str, Any]) -> MessagePartEvent:
         raise FrameError("malformed 'message_part' event: no part with a type")
     assert type(body) is dict  # implied by the part check above
     text = part.get("text")
-    if len(part) == 2 and type(text) is str:  # the common case: a plain text delta
-        delta = DeltaPart(part["type"], text)
-    else:
-        delta = _full_part(part)
+    detail = None if len(part) == 2 and type(text) is str else _full_part(part)
     version, attempt, seq = (
         body.get("history_version"),
         body.get("generation_attempt"),
@@ -82,10 +79,12 @@ def _delta(item: dict[str, Any]) -> MessagePartEvent:
     return MessagePartEvent(
         chat_id if type(chat_id) is str else None,
         role if type(role) is str else "assistant",
-        delta,
+        part["type"],
+        detail.text if detail else text,
         version,
         attempt,
         seq,
+        detail,
     )
 
 

@@ -166,17 +166,25 @@ class DeltaPart:
 class MessagePartEvent:
     """A delta with its episode coordinates (absent on an era-B server).
 
-    Flat, one object per delta (it is the hot path); ``message_part`` gives the
-    wire's nesting back: ``event.message_part.seq``, ``event.message_part.part.text``.
+    Flat, one object per delta (it is the hot path): a plain text delta keeps its
+    text here and builds its :class:`DeltaPart` only when asked. ``message_part``
+    gives the wire's nesting back: ``event.message_part.seq``, ``.part.text``.
     """
 
     chat_id: str | None
     role: str
-    part: DeltaPart
+    part_type: str
+    text: str | None
     history_version: int | None = None
     generation_attempt: int | None = None
     seq: int | None = None
+    #: The whole part, for anything but a plain text delta.
+    detail: DeltaPart | None = None
     type: Literal["message_part"] = "message_part"
+
+    @property
+    def part(self) -> DeltaPart:
+        return self.detail or DeltaPart(self.part_type, self.text)
 
     @property
     def message_part(self) -> MessagePartEvent:
