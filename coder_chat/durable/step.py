@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -282,8 +283,6 @@ def _send_refused(exc: CoderApiError) -> bool:
 
 async def _journal_send(ctx: StepContext, chat_id: str) -> JournalEntry:
     """Write-ahead of a send on an existing chat, with its own commit horizon."""
-    from datetime import timedelta
-
     attempts = await count_attempts(ctx.client, chat_id, ctx.marker)
     now = utcnow()
     entry = JournalEntry(

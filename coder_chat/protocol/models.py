@@ -191,10 +191,6 @@ class MessagePartEvent:
         return self
 
 
-#: The wire's ``message_part`` payload; the event carries its fields itself.
-MessagePart = MessagePartEvent
-
-
 class StatusPayload(WireModel):
     status: str
 
