@@ -3,7 +3,9 @@
 Every key carries the tenant (the Coder organization id), so one store can serve
 several deployments without one tenant's entries answering another's. Values
 are pydantic models stored as JSON. No record ever holds the session token, a
-transcript or a prompt: only ids, markers, states and times.
+transcript or a prompt: only ids, markers, states, times, and each finished
+step's answer (:class:`StepRecord`), which is what makes the store, not a
+worker's result cache, the record of progress.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ class WorkflowRecord(Record):
     #: Taken anew by every run; a durable write needs the newest.
     epoch: int = 0
     heartbeat_at: datetime | None = None
+    #: Whether the workflow archives its chat when it ends (the sweep finishes the job
+    #: for an ended workflow whose archive did not happen, and only then).
+    archive_at_end: bool = True
     updated_at: datetime = Field(default_factory=utcnow)
 
 
@@ -85,6 +90,32 @@ class ChatRecord(Record):
     updated_at: datetime = Field(default_factory=utcnow)
 
 
+StepVerdict = Literal["ran", "recovered", "resubmitted"]
+
+
+class StepRecord(Record):
+    """A finished step: written with its checkpoint, in one transaction, and read first.
+
+    A re-run on any machine returns it instead of sending the step again. It holds
+    the step's answer (text and structured output) and a digest of its prompt, never
+    the prompt itself.
+    """
+
+    tenant: str
+    workflow_id: str
+    step: int
+    chat_id: str
+    last_seen_message_id: int | None = None
+    text: str
+    output: Any = None
+    #: How the step finished when it was run: its turn ran, was recovered, or resubmitted.
+    verdict: StepVerdict
+    #: sha256 of the step's prompt: a re-run with another prompt is refused, not answered.
+    prompt_digest: str = ""
+    notes: list[str] = Field(default_factory=list)
+    finished_at: datetime = Field(default_factory=utcnow)
+
+
 LedgerState = Literal["committing", "done"]
 
 
@@ -114,6 +145,10 @@ class LedgerEntry(Record):
 def ledger_key(tenant: str, chat_id: str, tool_call_id: str) -> str:
     """The key handed to external systems as their idempotency key."""
     return f"{tenant}/{chat_id}/{tool_call_id}"
+
+
+def prompt_digest(prompt: str) -> str:
+    return hashlib.sha256(prompt.encode()).hexdigest()
 
 
 def args_digest(args: Any) -> str:

@@ -4,6 +4,10 @@ Writes are durable when they return (committed, synced). Writes that act for a
 workflow run take its :class:`Fence` and succeed only while that run still holds
 the workflow's newest epoch; otherwise they raise :class:`FencedOut`, so a run
 that wakes after being superseded can never act.
+
+Each store has an id (:meth:`DurableStore.store_id`), made once when the store is
+created and the same for every process that opens it: chats are labelled with it,
+so a sweep acts only on the chats of its own store.
 """
 
 from __future__ import annotations
@@ -18,12 +22,13 @@ from .records import (
     Fence,
     JournalEntry,
     LedgerEntry,
+    StepRecord,
     WorkflowRecord,
     WorkflowState,
 )
 
 #: The schema version this code writes; a store holding a newer one is refused.
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 class FencedOut(CoderStoreError):
@@ -45,7 +50,14 @@ class FencedOut(CoderStoreError):
 
 @runtime_checkable
 class DurableStore(Protocol):
-    """Checkpoints, journal, discarded chats and the tool ledger."""
+    """Checkpoints, finished steps, journal, discarded chats and the tool ledger."""
+
+    #: Write transactions this object has committed (tests and benchmarks count them).
+    commits: int
+
+    async def store_id(self) -> str:
+        """The store's own id, made when it was created; the same in every process."""
+        ...
 
     # -- workflows -----------------------------------------------------------------
     async def begin_run(
@@ -55,6 +67,7 @@ class DurableStore(Protocol):
         *,
         deployment: str = "local",
         flow_run_id: str | None = None,
+        archive_at_end: bool = True,
     ) -> Fence:
         """Take the workflow's next epoch (creating it if new), mark it running, beat."""
         ...
@@ -68,6 +81,21 @@ class DurableStore(Protocol):
         ...
 
     async def clear_checkpoint(self, fence: Fence) -> None: ...
+
+    async def complete_step(self, fence: Fence, record: StepRecord) -> None:
+        """A finished step: its result and the checkpoint it leaves, in one transaction.
+
+        The checkpoint becomes ``(record.chat_id, record.last_seen_message_id)``; the
+        step's row is written (or replaced). Fenced like every durable write: a
+        superseded run writes neither.
+        """
+        ...
+
+    async def get_step(self, tenant: str, workflow_id: str, step: int) -> StepRecord | None: ...
+
+    async def list_steps(self, tenant: str, workflow_id: str) -> list[StepRecord]:
+        """The workflow's finished steps, by step number."""
+        ...
 
     async def heartbeat(self, fence: Fence) -> None: ...
 
