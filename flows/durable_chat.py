@@ -2,16 +2,18 @@
 
 Launch it from the Prefect UI (or ``durable_chat(...)`` in Python) with a
 ``workflow_id`` of your choosing. Re-running the same ``workflow_id`` after a
-crash resumes it: finished steps come from the result cache, an interrupted
-step is recovered or safely resubmitted, and the dead run can never act again
-(each run takes a new fencing epoch in the store).
+crash resumes it, on any machine: finished steps come from the store (or
+Prefect's result cache, where it has them), an interrupted step is recovered or
+safely resubmitted, and the dead run can never act again (each run takes a new
+fencing epoch in the store).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, cast
 
 from prefect import Flow, flow, get_run_logger
 from prefect.client.schemas.objects import FlowRun, State
@@ -22,44 +24,26 @@ from coder_chat.durable.context import DurableOptions
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.step import StepResult
 from tasks import archive_chat, run_turn
+from tasks.lifecycle import end_failed_workflow
 from tasks.workflow import begin_workflow, finish_workflow, heartbeat_forever, publish_transcript
 
 
-async def _archive_on_failure(flow: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
-    """A definitive failure ends the workflow: archive its chat (never on Crashed/Cancelled)."""
-    from tasks._runtime import connected
+async def _end_failed_workflow(flow: Flow[..., Any], flow_run: FlowRun, state: State[Any]) -> None:
+    """A definitive failure ends the workflow: archive its chat if asked, mark it FAILED.
 
+    Never on Crashed or Cancelled: the sweep relaunches those.
+    """
     params = flow_run.parameters
-    if not params.get("archive_at_end", True):
-        return
     log = get_run_logger()
-    async with connected(params.get("credentials_block"), params.get("ledger_block")) as (
-        _,
-        store,
-        tenant,
-    ):
-        workflow = await store.get_workflow(tenant, params["workflow_id"])
-    if workflow is None or workflow.flow_run_id != str(flow_run.id):
-        log.info("failure handler: a newer run owns this workflow; leaving its chat alone")
-        return
-    await archive_chat.fn(
-        workflow_id=params["workflow_id"],
-        epoch=workflow.epoch,
-        tools=params.get("tools"),
-        allow_plain_tools=params.get("allow_plain_tools", False),
-        credentials_block=params.get("credentials_block"),
-        ledger_block=params.get("ledger_block"),
-    )
-    await finish_workflow.fn(
-        params["workflow_id"],
-        workflow.epoch,
-        WorkflowState.FAILED,
-        params.get("credentials_block"),
-        params.get("ledger_block"),
-    )
+    try:
+        await end_failed_workflow(
+            params, str(flow_run.id), log, archive=params.get("archive_at_end", True)
+        )
+    except Exception as exc:  # noqa: BLE001 - a hook must report, not raise over the failure
+        log.error(f"Could not record the end of workflow {params.get('workflow_id')}: {exc}")
 
 
-@flow(name="durable-chat", on_failure=[_archive_on_failure])
+@flow(name="durable-chat", on_failure=[_end_failed_workflow])
 async def durable_chat(
     workflow_id: str,
     prompts: list[str],
@@ -104,17 +88,27 @@ async def durable_chat(
     log = get_run_logger()
     deployment = current_deployment.name or "local"
     tenant, epoch = await begin_workflow(
-        workflow_id, deployment, current_flow_run.id, credentials_block, ledger_block
+        workflow_id,
+        deployment,
+        current_flow_run.id,
+        credentials_block,
+        ledger_block,
+        archive_at_end=archive_at_end,
     )
     beat = asyncio.create_task(
         heartbeat_forever(workflow_id, epoch, heartbeat_interval, credentials_block, ledger_block)
     )
-    options = DurableOptions(request_timeout=request_timeout, step_deadline=step_deadline)
+    # A run a crash left live gets the step's own budget to finish before it is cut.
+    options = DurableOptions(
+        request_timeout=request_timeout, step_deadline=step_deadline, settle_timeout=step_deadline
+    )
     schemas = list(output_schemas or [])
     results: list[StepResult] = []
     try:
         for step, prompt in enumerate(prompts, start=1):
-            result = await run_turn(
+            # An async task called with return_state gives a coroutine of its state
+            # (Prefect's overloads say State; the runtime says otherwise).
+            call = run_turn(
                 tenant=tenant,
                 workflow_id=workflow_id,
                 step=step,
@@ -132,7 +126,12 @@ async def durable_chat(
                 credentials_block=credentials_block,
                 ledger_block=ledger_block,
                 options=options,
+                return_state=True,
             )
+            state = await cast(Awaitable[State[StepResult]], call)
+            result = await state.aresult()
+            if state.name == "Cached":  # Prefect's cache answered: nothing ran this time
+                result = result.model_copy(update={"verdict": "cached"})
             results.append(result)
             log.info(f"step {step}/{len(prompts)}: {result.verdict}")
     finally:

@@ -6,8 +6,8 @@ import asyncio
 import contextlib
 import hashlib
 import importlib
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from prefect.blocks.core import Block
 from prefect.client.schemas.objects import State, TaskRun
@@ -20,6 +20,8 @@ from coder_chat import ChatClient, CoderConfigError, is_retryable
 from coder_chat.client.events import TransportEvent, WsEvent
 from coder_chat.durable.store import DurableStore
 from coder_chat.durable.tools import DurableTool
+
+T = TypeVar("T")
 
 
 async def load_credentials(block_name: str | None) -> CoderCredentials:
@@ -104,6 +106,25 @@ def import_model(path: str | None) -> type[BaseModel] | None:
     if not (isinstance(model, type) and issubclass(model, BaseModel)):
         raise CoderConfigError(f"{path} is not a pydantic model")
     return model
+
+
+#: Prefect's retries for tasks that touch the store or Coder: long enough to ride out
+#: a database restart or a burst of 5xx, and only for failures judged transient.
+RETRY_DELAYS = [1.0, 5.0, 15.0]
+
+
+async def with_retries(
+    what: Callable[[], Awaitable[T]], delays: Sequence[float] = RETRY_DELAYS
+) -> T:
+    """Call ``what`` again after each delay while it fails transiently (outside a task)."""
+    for delay in delays:
+        try:
+            return await what()
+        except Exception as exc:
+            if not is_retryable(exc):
+                raise
+        await asyncio.sleep(delay)
+    return await what()
 
 
 async def retry_if_transient(task: Task[..., Any], task_run: TaskRun, state: State[Any]) -> bool:

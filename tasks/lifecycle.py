@@ -1,26 +1,34 @@
-"""``reconcile_chat`` and ``archive_chat``: a workflow chat's recovery and its end of life."""
+"""``reconcile_chat``, ``archive_chat`` and the end of a failed workflow."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+from collections.abc import Callable
+from typing import Any
 
 from prefect import get_run_logger, task
 
-from coder_chat import ChatSession, CoderApiError, CoderError
+from coder_chat import ChatClient, CoderError
 from coder_chat.durable.context import DurableOptions, StepContext, StepTools
-from coder_chat.durable.reconcile import interrupt_quietly, reconcile_pause
-from coder_chat.durable.records import Fence
+from coder_chat.durable.records import Fence, WorkflowState
+from coder_chat.durable.retire import Retired, retire_chat
 from coder_chat.durable.step import StepSpec, recover
+from coder_chat.durable.store import DurableStore
 
-from ._runtime import connected, import_model, import_tools, retry_if_transient
+from ._runtime import (
+    RETRY_DELAYS,
+    connected,
+    import_model,
+    import_tools,
+    retry_if_transient,
+    with_retries,
+)
 
 
 @task(
     name="reconcile-chat",
     task_run_name="reconcile {workflow_id} step {step}",
-    retries=2,
-    retry_delay_seconds=[2, 10],
+    retries=len(RETRY_DELAYS),
+    retry_delay_seconds=RETRY_DELAYS,
     retry_condition_fn=retry_if_transient,
 )
 async def reconcile_chat(
@@ -44,10 +52,10 @@ async def reconcile_chat(
     step_tools = StepTools.build(
         import_tools(tools or []), allow_plain=allow_plain_tools, output_type=output_type
     )
-    async with connected(credentials_block, ledger_block, log.info) as (client, store, tenant):
+    async with connected(credentials_block, ledger_block, log.debug) as (client, store, tenant):
         workflow = await store.get_workflow(tenant, workflow_id)
         if workflow is None or workflow.chat_id is None:
-            log.info(f"workflow {workflow_id} has no chat; nothing to reconcile")
+            log.info(f"Workflow {workflow_id} has no chat; nothing to reconcile.")
             return "no-chat"
         fence = Fence(tenant=tenant, workflow_id=workflow_id, epoch=epoch)
         ctx = StepContext(
@@ -64,15 +72,15 @@ async def reconcile_chat(
             ctx, StepSpec(prompt="", output_type=output_type), workflow.chat_id, "hard_crash"
         )
         verdict = "unfinished" if recovered is None else "recovered"
-        log.info(f"reconcile: step {step} of {workflow_id} is {verdict}")
+        log.info(f"Step {step} of {workflow_id} is {verdict}.")
         return verdict
 
 
 @task(
     name="archive-chat",
     task_run_name="archive {workflow_id}",
-    retries=2,
-    retry_delay_seconds=[2, 10],
+    retries=len(RETRY_DELAYS),
+    retry_delay_seconds=RETRY_DELAYS,
     retry_condition_fn=retry_if_transient,
 )
 async def archive_chat(
@@ -84,47 +92,93 @@ async def archive_chat(
     ledger_block: str | None = None,
     options: DurableOptions | None = None,
 ) -> bool:
-    """Archive the workflow's chat, once: reconcile a paused tool first, then interrupt, then archive.
+    """Archive the workflow's chat, once: a paused tool is answered from the ledger first.
 
-    Returns whether a chat was archived (``False`` when the workflow never made one).
+    Returns whether the chat is archived (``False`` when the workflow never made one).
     Already archived counts as done.
     """
     log = get_run_logger()
-    opts = options or DurableOptions()
     step_tools = StepTools.build(import_tools(tools or []), allow_plain=allow_plain_tools)
-    async with connected(credentials_block, ledger_block, log.info) as (client, store, tenant):
-        workflow = await store.get_workflow(tenant, workflow_id)
-        if workflow is None or workflow.chat_id is None:
-            log.info(f"workflow {workflow_id} never created a chat; nothing to archive")
-            return False
-        chat_id = workflow.chat_id
+    async with connected(credentials_block, ledger_block, log.debug) as (client, store, tenant):
         fence = Fence(tenant=tenant, workflow_id=workflow_id, epoch=epoch)
-        record = await store.get_chat(tenant, chat_id)
-        step = _step_of(record.journal.marker if record and record.journal else "")
-        ctx = StepContext(client, store, fence, workflow_id, step, step_tools, opts, log.info)
-        chat = await client.get_chat(chat_id)
-        if chat.archived:
-            log.info(f"chat {chat_id} is already archived")
-            return True
-        if chat.status == "requires_action":
-            await reconcile_pause(ctx, chat_id, "abort")
-        with contextlib.suppress(CoderError, TimeoutError):
-            async with asyncio.timeout(opts.interrupt_timeout):
-                await interrupt_quietly(ctx, chat_id)
-        session = ChatSession(
-            client=client,
-            organization_id=tenant,
-            chat_id=chat_id,
-            archive_retry_interval=opts.archive_retry_interval,
-            archive_window=opts.archive_window,
+        retired = await retire_workflow_chat(
+            client, store, fence, step_tools, options or DurableOptions(), log.info
         )
-        try:
-            await session.archive()
-        except CoderApiError as exc:
-            log.warning(f"archive of chat {chat_id} failed: {exc}")
-            raise
-        log.info(f"archived chat {chat_id} of workflow {workflow_id}")
-        return True
+    return retired is not None and retired.done
+
+
+async def retire_workflow_chat(
+    client: ChatClient,
+    store: DurableStore,
+    fence: Fence,
+    tools: StepTools,
+    options: DurableOptions,
+    report: Callable[[str], None],
+) -> Retired | None:
+    """Retire the chat the workflow's checkpoint points at; ``None`` when it has none."""
+    workflow = await store.get_workflow(fence.tenant, fence.workflow_id)
+    if workflow is None or workflow.chat_id is None:
+        report(f"Workflow {fence.workflow_id} never created a chat; nothing to archive.")
+        return None
+    chat_id = workflow.chat_id
+    record = await store.get_chat(fence.tenant, chat_id)
+    step = _step_of(record.journal.marker if record and record.journal else "")
+    ctx = StepContext(client, store, fence, fence.workflow_id, step, tools, options, report)
+    retired = await retire_chat(ctx, chat_id)
+    if retired.done:
+        report(f"Chat {chat_id} of workflow {fence.workflow_id} is {retired.action}.")
+    else:
+        report(f"Chat {chat_id} of workflow {fence.workflow_id} was left paused: {retired.detail}")
+    return retired
+
+
+async def end_failed_workflow(
+    params: dict[str, Any], flow_run_id: str, log: Any, archive: bool
+) -> None:
+    """A workflow's run failed for good: archive its chat if asked, and mark it FAILED.
+
+    Marking it FAILED must not depend on anything else working: not on its tools
+    importing (a broken import path is a common reason to fail), not on Coder
+    answering, not on the first try of the store. The sweep never relaunches a
+    FAILED workflow, and retires a chat left behind here.
+    """
+    workflow_id = params["workflow_id"]
+    async with connected(params.get("credentials_block"), params.get("ledger_block")) as (
+        client,
+        store,
+        tenant,
+    ):
+        workflow = await with_retries(lambda: store.get_workflow(tenant, workflow_id))
+        if workflow is None or workflow.flow_run_id != flow_run_id:
+            log.info(f"A newer run owns workflow {workflow_id}; its chat is left to that run.")
+            return
+        fence = Fence(tenant=tenant, workflow_id=workflow_id, epoch=workflow.epoch)
+        if archive:
+            tools = _tools_if_they_import(params, log)
+            try:
+                await with_retries(
+                    lambda: retire_workflow_chat(
+                        client, store, fence, tools, DurableOptions(), log.info
+                    )
+                )
+            except (CoderError, TimeoutError) as exc:
+                log.warning(f"Could not archive the chat of workflow {workflow_id}: {exc}")
+        await with_retries(lambda: store.finish(fence, WorkflowState.FAILED))
+        log.info(f"Workflow {workflow_id} is marked failed; the sweep will not relaunch it.")
+
+
+def _tools_if_they_import(params: dict[str, Any], log: Any) -> StepTools:
+    try:
+        return StepTools.build(
+            import_tools(params.get("tools") or []),
+            allow_plain=params.get("allow_plain_tools", False),
+        )
+    except CoderError as exc:
+        log.warning(
+            f"The workflow's tools do not import ({exc}); its chat is archived without them "
+            "(an effect still in flight keeps the chat paused for the sweep)."
+        )
+        return StepTools()
 
 
 def _step_of(marker: str) -> int:

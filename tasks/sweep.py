@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from prefect import get_run_logger, task
@@ -16,11 +17,15 @@ from pydantic import BaseModel
 
 from coder_chat.durable.context import StepTools
 from coder_chat.durable.records import WorkflowRecord, WorkflowState
-from coder_chat.durable.sweep import SWEEP_WORKFLOW, SweepPolicy, sweep
+from coder_chat.durable.store import DurableStore
+from coder_chat.durable.sweep import SWEEP_WORKFLOW, SweepPolicy, mark_failed, sweep
 
-from ._runtime import connected, import_tools, retry_if_transient
+from ._runtime import RETRY_DELAYS, connected, import_tools, retry_if_transient
 
-ENDED_BADLY = frozenset({StateType.CRASHED, StateType.CANCELLED})
+#: A run that ended like this left its workflow unfinished: relaunch it.
+ENDED_BADLY = frozenset({"crashed", "cancelled", "gone"})
+#: A run that ended like this ended its workflow: never relaunch it.
+ENDED_FOR_GOOD = frozenset({StateType.FAILED.value.lower(), StateType.COMPLETED.value.lower()})
 
 
 class SweepSummary(BaseModel):
@@ -32,7 +37,8 @@ class SweepSummary(BaseModel):
 @task(
     name="sweep-orphans",
     task_run_name="sweep {deployment}",
-    retries=1,
+    retries=len(RETRY_DELAYS),
+    retry_delay_seconds=RETRY_DELAYS,
     retry_condition_fn=retry_if_transient,
 )
 async def sweep_orphans(
@@ -60,15 +66,7 @@ async def sweep_orphans(
         running = await store.list_workflows(
             tenant, deployment=deployment, states=[WorkflowState.RUNNING]
         )
-    stranded = {w.workflow_id: w for w in report.stranded}
-    for workflow in running:
-        if workflow.workflow_id not in stranded and not workflow.workflow_id.startswith(
-            SWEEP_WORKFLOW
-        ):
-            ended = await _flow_run_ended(workflow.flow_run_id)
-            if ended:
-                log.info(f"workflow {workflow.workflow_id} is stranded: its flow run is {ended}")
-                stranded[workflow.workflow_id] = workflow
+        stranded = await _stranded(store, report.stranded, running, log.info)
     findings = [vars(f) for f in report.findings]
     table = [{k: str(v) for k, v in f.items()} for f in findings if f["action"] != "kept"]
     if table or stranded:
@@ -95,8 +93,39 @@ async def sweep_orphans(
     )
 
 
-async def _flow_run_ended(flow_run_id: str | None) -> str | None:
-    """``crashed``/``cancelled``/``gone`` when the workflow's flow run ended badly, else ``None``."""
+async def _stranded(
+    store: DurableStore,
+    silent: list[WorkflowRecord],
+    running: list[WorkflowRecord],
+    report: Callable[[str], None],
+) -> dict[str, WorkflowRecord]:
+    """Which running workflows to relaunch: silent ones, and those whose run crashed,
+    was cancelled or is gone. A run that ended Failed (or Completed) is never
+    relaunched: it would only fail again. When its own failure hook could not mark
+    it FAILED, the sweep does, once the run has been silent too."""
+    stale = {w.workflow_id for w in silent}
+    stranded: dict[str, WorkflowRecord] = {}
+    for workflow in running:
+        if workflow.workflow_id.startswith(SWEEP_WORKFLOW):
+            continue
+        state = await _flow_run_state(workflow.flow_run_id)
+        if state in ENDED_FOR_GOOD:
+            if workflow.workflow_id in stale:
+                await mark_failed(store, workflow)
+                report(
+                    f"Workflow {workflow.workflow_id}: its last run ended {state}; marked "
+                    "failed, not relaunched."
+                )
+            continue
+        if state in ENDED_BADLY or workflow.workflow_id in stale:
+            why = f"its flow run is {state}" if state in ENDED_BADLY else "its heartbeat stopped"
+            report(f"Workflow {workflow.workflow_id} is stranded: {why}.")
+            stranded[workflow.workflow_id] = workflow
+    return stranded
+
+
+async def _flow_run_state(flow_run_id: str | None) -> str | None:
+    """The state of the workflow's last flow run (lower case), ``gone``, or ``None``."""
     if not flow_run_id:
         return None
     async with get_client() as client:
@@ -104,8 +133,7 @@ async def _flow_run_ended(flow_run_id: str | None) -> str | None:
             flow_run = await client.read_flow_run(uuid.UUID(flow_run_id))
         except ObjectNotFound:
             return "gone"
-    state = flow_run.state.type if flow_run.state else None
-    return state.value.lower() if state in ENDED_BADLY else None
+    return flow_run.state.type.value.lower() if flow_run.state else None
 
 
 @task(name="relaunch-workflow", task_run_name="relaunch {workflow.workflow_id}")

@@ -1,9 +1,11 @@
 """``run_turn``: one step of a durable chat, as one Prefect task.
 
-Recovery comes first whenever the checkpoint or journal says an earlier attempt
-may be in flight; then the turn. The result is persisted as JSON under a cache
-key made of ids only, so a re-run of the same workflow skips finished steps.
-Retries happen only for failures :func:`coder_chat.is_retryable` calls transient.
+A step the store holds as finished comes back from the store; recovery comes
+first whenever the checkpoint or journal says an earlier attempt may be in
+flight; then the turn. The store is the record of progress; the result Prefect
+persists (JSON, under a cache key of ids only) only saves the store read on a
+machine that ran the step. Retries happen only for failures
+:func:`coder_chat.is_retryable` calls transient, and each retry recovers first.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from ._runtime import connected, import_model, import_tools, retry_if_transient,
     result_serializer="json",
     cache_key_fn=step_cache_key,
     retries=2,
-    retry_delay_seconds=[2, 10],
+    retry_delay_seconds=[1, 5],
     retry_condition_fn=retry_if_transient,
 )
 async def run_turn(
@@ -53,7 +55,7 @@ async def run_turn(
     step_tools = StepTools.build(
         import_tools(tools or []), allow_plain=allow_plain_tools, output_type=output_type
     )
-    async with connected(credentials_block, ledger_block, log.info) as (client, store, resolved):
+    async with connected(credentials_block, ledger_block, log.debug) as (client, store, resolved):
         if resolved != tenant:
             raise CoderConfigError(f"credentials are for organization {resolved}, not {tenant}")
         fence = Fence(tenant=tenant, workflow_id=workflow_id, epoch=epoch)
@@ -78,5 +80,5 @@ async def run_turn(
             declare_structured_output=declare_structured_output or output_type is not None,
         )
         result = await run_step(ctx, spec)
-    log.info(f"step {step}: {result.verdict} on chat {result.chat_id}")
+    log.info(f"Step {step}: {result.verdict} on chat {result.chat_id}.")
     return result

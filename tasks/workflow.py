@@ -12,18 +12,26 @@ from coder_chat import CoderError
 from coder_chat.durable.markers import step_marker
 from coder_chat.durable.records import Fence, WorkflowState
 from coder_chat.durable.step import StepResult
+from coder_chat.durable.store import FencedOut
 from coder_chat.protocol.transcript import to_transcript
 
-from ._runtime import connected, load_credentials, load_ledger
+from ._runtime import RETRY_DELAYS, connected, load_credentials, load_ledger, retry_if_transient
 
 
-@task(name="begin-workflow", task_run_name="begin {workflow_id}")
+@task(
+    name="begin-workflow",
+    task_run_name="begin {workflow_id}",
+    retries=len(RETRY_DELAYS),
+    retry_delay_seconds=RETRY_DELAYS,
+    retry_condition_fn=retry_if_transient,
+)
 async def begin_workflow(
     workflow_id: str,
     deployment: str,
     flow_run_id: str | None,
     credentials_block: str | None = None,
     ledger_block: str | None = None,
+    archive_at_end: bool = True,
 ) -> tuple[str, int]:
     """Take the workflow's next epoch: from now on only this run may act for it.
 
@@ -33,15 +41,25 @@ async def begin_workflow(
     store = (await load_ledger(ledger_block)).get_store()
     try:
         fence = await store.begin_run(
-            tenant, workflow_id, deployment=deployment, flow_run_id=flow_run_id
+            tenant,
+            workflow_id,
+            deployment=deployment,
+            flow_run_id=flow_run_id,
+            archive_at_end=archive_at_end,
         )
     finally:
         await store.close()
-    get_run_logger().info(f"workflow {workflow_id}: run holds epoch {fence.epoch}")
+    get_run_logger().info(f"Workflow {workflow_id}: this run holds epoch {fence.epoch}.")
     return tenant, fence.epoch
 
 
-@task(name="finish-workflow", task_run_name="finish {workflow_id} {state}")
+@task(
+    name="finish-workflow",
+    task_run_name="finish {workflow_id} {state}",
+    retries=len(RETRY_DELAYS),
+    retry_delay_seconds=RETRY_DELAYS,
+    retry_condition_fn=retry_if_transient,
+)
 async def finish_workflow(
     workflow_id: str,
     epoch: int,
@@ -64,11 +82,14 @@ async def heartbeat_forever(
     credentials_block: str | None = None,
     ledger_block: str | None = None,
 ) -> None:
-    """Beat every ``interval`` seconds until cancelled; a superseded run stops beating.
+    """Beat every ``interval`` seconds until cancelled; only a superseded run stops beating.
 
     The sweep trusts this heartbeat, not Prefect's zombie detection, which is
-    minutes late and never sees a killed worker.
+    minutes late and never sees a killed worker. So a failed beat (the store
+    restarting, say) is logged and tried again at the next one: stopping would make
+    a healthy run look stranded and get it relaunched.
     """
+    log = get_run_logger()
     _, _, tenant = (await load_credentials(credentials_block)).resolved()
     store = (await load_ledger(ledger_block)).get_store()
     fence = Fence(tenant=tenant, workflow_id=workflow_id, epoch=epoch)
@@ -77,14 +98,23 @@ async def heartbeat_forever(
             await asyncio.sleep(interval)
             try:
                 await store.heartbeat(fence)
-            except CoderError:
-                return  # fenced out (or the store is gone): a newer run owns the workflow
+            except FencedOut:
+                log.warning(f"A newer run took workflow {workflow_id}; this run stops beating.")
+                return
+            except CoderError as exc:
+                log.warning(f"Heartbeat of workflow {workflow_id} failed ({exc}); trying again.")
     finally:
         with contextlib.suppress(CoderError):
             await asyncio.shield(store.close())
 
 
-@task(name="publish-transcript", task_run_name="transcript {workflow_id}")
+@task(
+    name="publish-transcript",
+    task_run_name="transcript {workflow_id}",
+    retries=len(RETRY_DELAYS),
+    retry_delay_seconds=RETRY_DELAYS,
+    retry_condition_fn=retry_if_transient,
+)
 async def publish_transcript(
     workflow_id: str,
     results: list[StepResult],

@@ -15,6 +15,8 @@ from ..protocol.models import ChatMessage
 LABEL_WORKFLOW = "prefect-coder/workflow"
 LABEL_STEP = "prefect-coder/step"
 LABEL_DEPLOYMENT = "prefect-coder/deployment"
+#: The id of the store that owns the chat: a sweep acts only on its own store's chats.
+LABEL_STORE = "prefect-coder/store"
 PAGE = 200
 
 
@@ -22,13 +24,18 @@ def step_marker(workflow_id: str, step: int) -> str:
     return f"[{workflow_id}/step-{step}]"
 
 
-def chat_labels(workflow_id: str, step: int, deployment: str) -> dict[str, str]:
+def chat_labels(workflow_id: str, step: int, deployment: str, store_id: str) -> dict[str, str]:
     """Labels set at creation, so the sweep finds every chat, even one whose id was lost."""
     return {
+        **owner_labels(deployment, store_id),
         LABEL_WORKFLOW: workflow_id[:256],
         LABEL_STEP: str(step),
-        LABEL_DEPLOYMENT: (deployment or "local")[:256],
     }
+
+
+def owner_labels(deployment: str, store_id: str) -> dict[str, str]:
+    """What every chat of one deployment and one store carries (the sweep's filter)."""
+    return {LABEL_DEPLOYMENT: (deployment or "local")[:256], LABEL_STORE: store_id}
 
 
 def marked(message: ChatMessage, marker: str) -> bool:

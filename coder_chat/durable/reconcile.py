@@ -1,141 +1,221 @@
-"""Reconciling a ``requires_action`` pause against the tool ledger.
+"""The one reconciler: every ``requires_action`` pause is answered here, from the tool ledger.
 
-The pause may be the only pending record of an effect that ran just before a
-crash. So it is never interrupted away while the ledger shows a committed
-effect:
+Step recovery, ``archive_chat``, the failure hook and the orphan sweep all call
+:func:`answer_pause`. Coder requires every pending call of a pause in one request
+(a partial set is refused with ``400 Missing result``), so the answers are worked
+out for all of them first and submitted together, or not at all.
 
-=============  ==========================================  ================================
-entry          meaning                                     action
-=============  ==========================================  ================================
-``done``       effect committed, result stranded           submit the recorded output
-``committing`` crashed between write-ahead and ``done``    re-drive with the same key
-none           the tool never ran                          interrupting loses nothing
-=============  ==========================================  ================================
+A pause may be the only pending record of an effect that ran just before a crash,
+so it is never interrupted away while the ledger shows a committed effect. Each
+pending call is answered by what the ledger knows:
 
-One verdict for the whole batch (``resumed``, or ``cut-short`` when any call
-never started) is journaled before anything is re-driven or sent, so a crash
-anywhere in between leaves a verdict the next pass can act on.
+=====================  =============================================  ==========================
+pending call           ``resume`` (the step goes on)                  ``retire`` (the chat ends)
+=====================  =============================================  ==========================
+ledger ``done``        the recorded output                            the recorded output
+ledger ``committing``  re-driven under its own key                    re-driven, if the tool is
+                                                                      here; else nothing is sent
+no entry, durable      run now through the ledger, as the live        "not run"
+                       loop would have run it
+structured_output      acknowledged (the arguments are the answer)    acknowledged
+plain tool             run again (no ledger: allowed explicitly)      "no result recorded"
+unknown tool           "not available", as the live loop answers      "no result recorded"
+=====================  =============================================  ==========================
+
+In ``resume`` mode the batch's verdict is journaled before anything is run or
+sent, so a crash anywhere in between leaves a verdict the next pass acts on.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from ..client.tools import ToolArgumentsError, tool_output
-from ..errors import CoderApiError
-from ..protocol.models import ToolCallRequest
-from ..protocol.transcript import STRUCTURED_OUTPUT, pending_client_calls
+from ..client.tools import ToolArgumentsError, ToolCallContext, tool_output
+from ..errors import CoderApiError, CoderConfigError
+from ..protocol.models import ChatMessagePart
+from ..protocol.transcript import STRUCTURED_OUTPUT, call_args, to_transcript
 from .context import StepContext
 from .markers import count_attempts
-from .records import JournalEntry, LedgerEntry, RecoveryReason, args_digest, utcnow
+from .records import JournalEntry, JournalState, RecoveryReason, utcnow
 
 PAGE = 200
+Mode = Literal["resume", "retire"]
+
+NOT_RUN = "Not run: the workflow stopped before this call started, and its chat is being archived."
+NO_RESULT = (
+    "No result recorded: the workflow stopped before this call's result was kept, "
+    "and its chat is being archived."
+)
 
 
 @dataclass
-class _Plan:
-    call: ToolCallRequest
-    entry: LedgerEntry | None
-    action: str  # "submit", "redrive", "run", "answer", "unstarted"
+class PauseAnswer:
+    """What a reconcile pass did with a pause."""
+
+    results: list[dict[str, Any]] = field(default_factory=list)
+    #: Answered from a ``done`` entry, without running anything.
+    recorded: int = 0
+    #: Effects run now: ``committing`` ones re-driven, unstarted ones (``resume``) run.
+    ran: int = 0
+    #: Calls answered "not run" or "no result recorded" (``retire``).
+    unanswered: int = 0
+    #: ``committing`` calls whose tool is not here: nothing was submitted.
+    blocked: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        if self.blocked:
+            return (
+                f"left paused: call(s) {', '.join(self.blocked)} have an effect in flight that "
+                "only their tool can finish (give the tool to whoever reconciles this chat)"
+            )
+        parts = [f"{self.recorded} from the ledger", f"{self.ran} run now"]
+        if self.unanswered:
+            parts.append(f"{self.unanswered} answered as not run")
+        return f"answered {len(self.results)} pending call(s): " + ", ".join(parts)
 
 
-async def reconcile_pause(ctx: StepContext, chat_id: str, reason: RecoveryReason) -> bool:
-    """Answer or cut short the pause; return ``True`` when it fell back to interrupting."""
-    page = await ctx.client.get_messages(chat_id, limit=PAGE)
-    pending = pending_client_calls(page.messages, ctx.tools.names)
-    plans = [await _plan(ctx, chat_id, call) for call in pending]
-    unstarted = not pending or any(p.action == "unstarted" for p in plans)
-    attempts = await count_attempts(ctx.client, chat_id, ctx.marker)
-    verdict = "cut-short" if unstarted else "resumed"
-    await ctx.store.write_journal(
-        ctx.fence,
-        chat_id,
-        JournalEntry(
+async def answer_pause(
+    ctx: StepContext,
+    chat_id: str,
+    mode: Mode,
+    *,
+    reason: RecoveryReason = "hard_crash",
+    verdict: JournalState = "resumed",
+) -> PauseAnswer:
+    """Answer every pending call of the pause on ``chat_id`` in one request.
+
+    ``resume``: journal ``verdict`` for this step's attempt first, then answer (running
+    what never ran). ``retire``: answer without running anything new; when a committing
+    effect cannot be re-driven here, submit nothing (the chat stays paused).
+    """
+    calls = await pending_calls(ctx, chat_id)
+    if mode == "resume" and calls:
+        attempts = await count_attempts(ctx.client, chat_id, ctx.marker)
+        entry = JournalEntry(
             state=verdict, marker=ctx.marker, attempt=attempts, at=utcnow(), reason=reason
-        ),
-    )
-    results = [r for p in plans if (r := await _answer(ctx, chat_id, p)) is not None]
-    ctx.report(
-        f"reconciled pause on chat {chat_id}: {len(results)} answered from the ledger, "
-        f"verdict {verdict}" + ("" if pending else " (no pending call of this step's tools)")
-    )
-    if results:
-        await ctx.client.submit_tool_results(chat_id, results)
-    if unstarted:
-        await interrupt_quietly(ctx, chat_id)
-    return unstarted
-
-
-async def _plan(ctx: StepContext, chat_id: str, call: ToolCallRequest) -> _Plan:
-    if call.tool_name == STRUCTURED_OUTPUT or call.tool_name in ctx.tools.plain:
-        return _Plan(call, None, "run")
-    entry = await ctx.store.get_tool(ctx.tenant, chat_id, call.tool_call_id)
-    if entry is not None:
-        return _Plan(call, entry, "submit" if entry.state == "done" else "redrive")
-    tool = ctx.tools.durable[call.tool_name]
-    try:
-        digest = args_digest(tool.tool.validate(call.args).model_dump(mode="json"))
-    except ToolArgumentsError:
-        return _Plan(call, None, "unstarted")
-    prior = await tool.same_step_call(ctx.binding, chat_id, digest, exclude=call.tool_call_id)
-    return _Plan(call, prior, "answer") if prior is not None else _Plan(call, None, "unstarted")
-
-
-async def _answer(ctx: StepContext, chat_id: str, plan: _Plan) -> dict[str, Any] | None:
-    """The result to submit for one planned call (re-driving where needed)."""
-    call, entry = plan.call, plan.entry
-    if plan.action == "unstarted":
-        return None
-    if plan.action == "run":
-        output, is_error = await _run_effect_free_or_plain(ctx, chat_id, call)
-        return {"tool_call_id": call.tool_call_id, "output": output, "is_error": is_error}
-    assert entry is not None
-    if plan.action == "submit":
-        return {
-            "tool_call_id": call.tool_call_id,
-            "output": entry.output,
-            "is_error": entry.is_error,
-        }
-    tool = ctx.tools.durable[call.tool_name]
-    args = tool.tool.validate(call.args)
-    if plan.action == "redrive":
-        output = await tool.redrive(ctx.binding, entry, args)
-    else:  # "answer": a same-step call under an earlier id; record this id too
-        output = (
-            entry.output if entry.state == "done" else await tool.redrive(ctx.binding, entry, args)
         )
-        await ctx.store.claim_tool(
-            ctx.fence,
-            chat_id,
-            call.tool_call_id,
-            tool_name=call.tool_name,
-            marker=ctx.marker,
-            args_digest=entry.args_digest,
+        await ctx.store.write_journal(ctx.fence, chat_id, entry)
+    answer = PauseAnswer()
+    for call in calls:
+        if mode == "resume":
+            await _resume_answer(ctx, chat_id, call, answer)
+        else:
+            await _retire_answer(ctx, chat_id, call, answer)
+    if answer.results and not answer.blocked:
+        await _submit(ctx, chat_id, answer.results)
+    return answer
+
+
+async def pending_calls(ctx: StepContext, chat_id: str) -> list[ChatMessagePart]:
+    """The calls the pause waits on: the last assistant message's unanswered tool calls.
+
+    At a ``requires_action`` pause the server has finished its own tools of that
+    step, so every unanswered call left is a client call it waits on.
+    """
+    page = await ctx.client.get_messages(chat_id, limit=PAGE)
+    transcript = to_transcript(page.messages).messages
+    last = next((m for m in reversed(transcript) if m.role == "assistant"), None)
+    if last is None:
+        return []
+    answered = {
+        p.tool_call_id
+        for m in transcript
+        if m.id > last.id
+        for p in m.parts
+        if p.type == "tool-result"
+    }
+    return [
+        p
+        for p in last.parts
+        if p.type == "tool-call" and not p.provider_executed and p.tool_call_id not in answered
+    ]
+
+
+async def _resume_answer(
+    ctx: StepContext, chat_id: str, call: ChatMessagePart, answer: PauseAnswer
+) -> None:
+    """Answer as the live loop would have: the same ledger, the same keys."""
+    call_id, name = call.tool_call_id or "", call.tool_name or ""
+    durable = ctx.tools.durable.get(name)
+    entry = await ctx.store.get_tool(ctx.tenant, chat_id, call_id)
+    if entry is not None and entry.state == "done":
+        answer.recorded += 1
+        _add(answer, call_id, entry.output, entry.is_error)
+        return
+    if entry is not None and durable is None:
+        raise CoderConfigError(
+            f"call {call_id} of tool {name} has an effect in flight (ledger: committing) "
+            "and this step does not have the tool to finish it; add it to the step's tools"
         )
-        await ctx.store.complete_tool(ctx.fence, chat_id, call.tool_call_id, output=output)
-    return {"tool_call_id": call.tool_call_id, "output": output, "is_error": False}
-
-
-async def _run_effect_free_or_plain(
-    ctx: StepContext, chat_id: str, call: ToolCallRequest
-) -> tuple[Any, bool]:
-    tool = (
-        ctx.tools.structured
-        if call.tool_name == STRUCTURED_OUTPUT
-        else ctx.tools.plain[call.tool_name]
-    )
-    assert tool is not None
+    if durable is not None:
+        tool = durable.bind(ctx.binding)
+    elif name == STRUCTURED_OUTPUT and ctx.tools.structured is None:
+        _add(answer, call_id, {"ok": True}, False)  # another step's schema: nothing to check
+        return
+    elif name == STRUCTURED_OUTPUT:
+        assert ctx.tools.structured is not None
+        tool = ctx.tools.structured
+    elif name in ctx.tools.plain:
+        tool = ctx.tools.plain[name]
+        ctx.report(f"re-running plain tool {name} for call {call_id} (it has no ledger)")
+    else:
+        _add(answer, call_id, f"Tool {name!r} is not available in this session.", True)
+        return
     try:
-        args = tool.validate(call.args)
+        args = tool.validate(call_args(call.args))
     except ToolArgumentsError as exc:
-        return str(exc), True
-    if tool.function is None:
-        return {"ok": True}, False
-    # A plain tool has no ledger: the caller allowed it to run again after a crash.
-    ctx.report(f"re-running plain tool {tool.name} for call {call.tool_call_id} (no ledger)")
-    key = f"{ctx.tenant}/{chat_id}/{call.tool_call_id}"
-    return tool_output(await tool.call_function(args, key)), False
+        _add(answer, call_id, str(exc), True)
+        return
+    if tool.function is None:  # structured_output: the arguments are the answer
+        _add(answer, call_id, {"ok": True}, False)
+        return
+    answer.ran += 1
+    output = await tool.invoke(args, ToolCallContext(ctx.tenant, chat_id, call_id))
+    _add(answer, call_id, tool_output(output), False)
+
+
+async def _retire_answer(
+    ctx: StepContext, chat_id: str, call: ChatMessagePart, answer: PauseAnswer
+) -> None:
+    """Answer without starting anything new: the chat is about to be archived."""
+    call_id, name = call.tool_call_id or "", call.tool_name or ""
+    entry = await ctx.store.get_tool(ctx.tenant, chat_id, call_id)
+    durable = ctx.tools.durable.get(name)
+    if entry is not None and entry.state == "done":
+        answer.recorded += 1
+        _add(answer, call_id, entry.output, entry.is_error)
+    elif entry is not None and durable is None:
+        answer.blocked.append(call_id)
+    elif entry is not None:
+        assert durable is not None
+        try:
+            args = durable.tool.validate(call_args(call.args))
+        except ToolArgumentsError:
+            answer.blocked.append(call_id)  # never expected: it validated when it was claimed
+            return
+        answer.ran += 1
+        _add(answer, call_id, await durable.redrive(ctx.binding, entry, args), False)
+    elif name == STRUCTURED_OUTPUT:
+        _add(answer, call_id, {"ok": True}, False)
+    else:
+        answer.unanswered += 1
+        _add(answer, call_id, NOT_RUN if durable is not None else NO_RESULT, True)
+
+
+def _add(answer: PauseAnswer, call_id: str, output: Any, is_error: bool) -> None:
+    answer.results.append({"tool_call_id": call_id, "output": output, "is_error": is_error})
+
+
+async def _submit(ctx: StepContext, chat_id: str, results: list[dict[str, Any]]) -> None:
+    try:
+        await ctx.client.submit_tool_results(chat_id, results)
+    except CoderApiError as exc:
+        # 409: the pause is over already (the server's tool deadline answered it, or an
+        # interrupt did); the settle poll sees what the run does next.
+        if exc.status != 409:
+            raise
+        ctx.report(f"the pause on chat {chat_id} ended before the answers arrived ({exc.message})")
 
 
 async def interrupt_quietly(ctx: StepContext, chat_id: str) -> int:

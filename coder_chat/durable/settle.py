@@ -1,20 +1,25 @@
-"""The settle-wait: stop what a crash left behind and wait until the chat settles.
+"""The settle-wait: let a chat come to rest after a crash, and say whether the attempt was cut.
 
 Settled is necessary, not sufficient: the crashed attempt may have finished the
 step's work, which the result check (:mod:`.step`) decides from history. What
 this module decides is ``cut_short``: whether the last attempt was truncated, so
-that its finish must not be taken for a completed attempt.
+that its ending must not be taken for a finished attempt.
 
-* a ``requires_action`` pause is reconciled against the ledger, never interrupted away;
-* a journaled ``resumed``/``cut-short`` verdict for this very attempt is honoured
-  (a ``cut-short`` intent is re-driven: the journal records intent, not a landed interrupt);
-* anything else is interrupted; a 409 means nothing was running, unless the probe
-  saw ``interrupting`` (an earlier interrupt already truncated the attempt);
-* a matching ``submitting`` entry means a send may still be in flight: sleep out
-  its commit horizon, then recount; an unlanded send over an existing attempt pins
-  ``cut_short``;
-* then poll to ``waiting``/``completed``/``error`` on a turn-scale budget, leaving
-  on a stable ``requires_action`` (the revived run called a new tool).
+* A ``requires_action`` pause is answered from the ledger (:mod:`.reconcile`), never
+  interrupted away; the attempt carries on with every pending call answered.
+* A journaled ``resumed``/``cut-short`` verdict for this very attempt is honoured (a
+  ``cut-short`` intent is re-driven: the journal records intent, not a landed interrupt).
+* After a timeout or an abort, an interrupt was fired already: interrupt (again) and
+  count the attempt as cut short.
+* After a hard crash, a live run *is* the crashed attempt doing the step's work: it
+  is left to finish, and only interrupted if it is still going after
+  ``settle_timeout``. Interrupting it would throw that work away and make the step
+  run again. A probed ``interrupting`` means someone cut the attempt already.
+* A matching ``submitting`` entry means a send may still be in flight: sleep out its
+  commit horizon, then recount; an unlanded send over an existing attempt pins
+  ``cut_short`` (that attempt is why the send was made).
+* Then poll to ``waiting``/``completed``/``error``, leaving on a stable
+  ``requires_action`` when nothing was cut (the run called a new tool: reconcile again).
 """
 
 from __future__ import annotations
@@ -23,10 +28,11 @@ import asyncio
 from dataclasses import dataclass
 from datetime import datetime
 
-from .context import StepContext
+from ..errors import CoderChatError
+from .context import PINS_CUT_SHORT, StepContext
 from .markers import count_attempts
-from .reconcile import interrupt_quietly, reconcile_pause
-from .records import RecoveryReason, utcnow
+from .reconcile import answer_pause, interrupt_quietly
+from .records import JournalEntry, JournalState, RecoveryReason, utcnow
 
 SETTLED = frozenset({"waiting", "completed", "error"})
 
@@ -38,59 +44,108 @@ class Settled:
 
 
 async def settle_wait(ctx: StepContext, chat_id: str, reason: RecoveryReason) -> Settled:
-    client, opts = ctx.client, ctx.options
-    cut_short = True
-    async with asyncio.timeout(opts.interrupt_timeout):
-        status = (await client.get_chat(chat_id)).status
-        record = await ctx.store.get_chat(ctx.tenant, chat_id)
-        entry = record.journal if record else None
-        attempts = await count_attempts(client, chat_id, ctx.marker)
-    journaled = (
-        entry if entry and entry.marker == ctx.marker and entry.attempt == attempts else None
-    )
+    async with asyncio.timeout(ctx.options.interrupt_timeout):
+        status = (await ctx.client.get_chat(chat_id)).status
+        journaled = await _journaled(ctx, chat_id)
+    pinned = reason in PINS_CUT_SHORT
     if status == "requires_action":
-        cut_short = await reconcile_pause(ctx, chat_id, reason)
-        ctx.report(f"settle: reconciled a paused attempt (cut short: {cut_short})")
+        cut_short = await _answer_pause(ctx, chat_id, reason, pinned)
     elif journaled is not None and journaled.state != "submitting":
         cut_short = journaled.state == "cut-short"
         if cut_short:
-            async with asyncio.timeout(opts.interrupt_timeout):
-                await interrupt_quietly(ctx, chat_id)
+            await _interrupt(ctx, chat_id)
         ctx.report(f"settle: honoured the journaled verdict {journaled.state!r}")
+    elif pinned:
+        await _interrupt(ctx, chat_id)
+        cut_short = True
+        ctx.report(f"settle: the attempt ended in a {reason}; interrupted what was left of it")
     else:
-        async with asyncio.timeout(opts.interrupt_timeout):
-            answer = await interrupt_quietly(ctx, chat_id)
-        if answer == 409:
-            cut_short = status == "interrupting"
-        ctx.report(
-            f"settle: interrupt answered {answer} (status was {status}; cut short: {cut_short})"
-        )
+        cut_short = status == "interrupting"
+        if status not in SETTLED:
+            ctx.report(f"settle: the crashed attempt's run is {status}; letting it finish")
     if journaled is not None and journaled.state == "submitting":
-        cut_short = (
-            await _sleep_out_horizon(ctx, chat_id, journaled.horizon, journaled.attempt)
-            or cut_short
-        )
-    return Settled(await _poll(ctx, chat_id, cut_short), cut_short)
+        landed = await _sleep_out_horizon(ctx, chat_id, journaled)
+        cut_short = cut_short or (not landed and journaled.attempt > 0)
+    return await _poll(ctx, chat_id, cut_short)
 
 
-async def _sleep_out_horizon(
-    ctx: StepContext, chat_id: str, horizon: datetime | None, attempt: int
+async def _journaled(ctx: StepContext, chat_id: str) -> JournalEntry | None:
+    """The journal entry, if it classifies this step's current attempt."""
+    record = await ctx.store.get_chat(ctx.tenant, chat_id)
+    entry = record.journal if record else None
+    if entry is None or entry.marker != ctx.marker:
+        return None
+    attempts = await count_attempts(ctx.client, chat_id, ctx.marker)
+    return entry if entry.attempt == attempts else None
+
+
+async def _answer_pause(
+    ctx: StepContext, chat_id: str, reason: RecoveryReason, pinned: bool
 ) -> bool:
-    """A send journaled but not seen may still land: wait it out, then recount."""
+    """The crash hit a client-tool pause: answer it; ``True`` when the attempt is cut."""
+    verdict: JournalState = "cut-short" if pinned else "resumed"
+    answer = await answer_pause(ctx, chat_id, "resume", reason=reason, verdict=verdict)
+    if not answer.results:
+        # Paused, yet no call is left unanswered in history: nothing can have run.
+        await _interrupt(ctx, chat_id)
+        ctx.report("settle: a pause with no pending call; interrupted it")
+        return True
+    ctx.report(f"settle: the attempt was paused on client tools; {answer.summary()}")
+    if pinned:
+        await _interrupt(ctx, chat_id)
+    return pinned
+
+
+async def _interrupt(ctx: StepContext, chat_id: str) -> int:
+    async with asyncio.timeout(ctx.options.interrupt_timeout):
+        return await interrupt_quietly(ctx, chat_id)
+
+
+async def _sleep_out_horizon(ctx: StepContext, chat_id: str, entry: JournalEntry) -> bool:
+    """A send journaled but not seen may still land: wait it out; ``True`` if it landed."""
+    horizon: datetime | None = entry.horizon
     if horizon is not None:
         remaining = (horizon - utcnow()).total_seconds()
         if remaining > 0:
-            ctx.report(f"settle: waiting {remaining:.1f}s for a journaled send's commit horizon")
+            ctx.report(
+                f"settle: a send may still be on its way; waiting {remaining:.1f}s "
+                "(its commit horizon) before deciding it never arrived"
+            )
             await asyncio.sleep(remaining)
-    landed = await count_attempts(ctx.client, chat_id, ctx.marker)
-    return landed == attempt and attempt > 0
+    return await count_attempts(ctx.client, chat_id, ctx.marker) > entry.attempt
 
 
-async def _poll(ctx: StepContext, chat_id: str, cut_short: bool) -> str:
+async def _poll(ctx: StepContext, chat_id: str, cut_short: bool) -> Settled:
+    """Wait for the chat to settle; a run still live after ``settle_timeout`` is cut."""
     opts = ctx.options
-    async with asyncio.timeout(opts.settle_timeout):
-        while True:
-            status = (await ctx.client.get_chat(chat_id)).status
-            if status in SETTLED or (status == "requires_action" and not cut_short):
-                return status
-            await asyncio.sleep(opts.poll_interval)
+    try:
+        async with asyncio.timeout(opts.settle_timeout) as clock:
+            return Settled(await _until_settled(ctx, chat_id, cut_short), cut_short)
+    except TimeoutError:
+        if not clock.expired():
+            raise
+    ctx.report(f"settle: the run was still going after {opts.settle_timeout:.0f}s; interrupting it")
+    await _interrupt(ctx, chat_id)
+    try:
+        async with asyncio.timeout(opts.interrupt_timeout) as clock:
+            return Settled(await _until_settled(ctx, chat_id, True), True)
+    except TimeoutError:
+        if not clock.expired():
+            raise
+    raise CoderChatError(
+        f"chat {chat_id} did not settle within {opts.interrupt_timeout:.0f}s of an interrupt",
+        kind="timeout",
+        retryable=True,
+        chat_id=chat_id,
+    )
+
+
+async def _until_settled(ctx: StepContext, chat_id: str, cut_short: bool) -> str:
+    while True:
+        status = (await ctx.client.get_chat(chat_id)).status
+        if status in SETTLED or (status == "requires_action" and not cut_short):
+            return status
+        if status == "requires_action":
+            # A cut attempt paused again: no process runs its tools, nothing ran; stop it.
+            await interrupt_quietly(ctx, chat_id)
+        await asyncio.sleep(ctx.options.poll_interval)

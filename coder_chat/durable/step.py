@@ -1,25 +1,28 @@
-"""One durable step: recover what a crash left, or run the turn; checkpoint either way.
+"""One durable step: return it from the store, recover it, or run it; record it either way.
 
 ``run_step`` is the whole algorithm of the reference's durable-workflow guide,
-Prefect-free:
+Prefect-free, with the store as the record of progress:
 
-1. Empty checkpoint: look for a chat labelled with this workflow (the orphan of
-   a crashed first attempt) and adopt it, so windows 1 to 3 leave nothing behind.
-   A chat recorded as discarded is never adopted.
-2. A journal entry for this step means an attempt may be in flight: settle the
-   chat (:mod:`.settle`), then check history. A finished attempt is *recovered*,
-   never rerun; otherwise the prompt is *resubmitted*.
-3. Before every send on an existing chat, journal ``submitting`` with its own
+1. A step the store holds as finished is returned from there (verdict ``stored``)
+   and never sent again, on any machine, whatever a result cache knows.
+2. Empty checkpoint: look for a chat labelled with this workflow and this store
+   (the orphan of a crashed first attempt) and adopt it, so windows 1 to 3 leave
+   nothing behind.
+3. A journal entry for this step (or, on a chat the step created, its marker in
+   history) means an attempt may be in flight: settle the chat (:mod:`.settle`),
+   then check history. A finished attempt is *recovered*, never rerun; otherwise
+   the prompt is *resubmitted*.
+4. Before every send on an existing chat, journal ``submitting`` with its own
    commit horizon; run the turn with the step marker in the prompt.
-4. In ``finally``, write the checkpoint (also when the turn failed), except
-   after a discarded chat. Why a failed turn failed (a timeout, an abort) is
-   journaled, so the next attempt, in any process, still pins ``cut_short``.
+5. A finished step is written with its checkpoint in one transaction
+   (``complete_step``). A failed turn still checkpoints its chat, and why it failed
+   (a timeout, an abort) is journaled, so the next attempt, in any process, still
+   pins ``cut_short``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal
@@ -28,16 +31,17 @@ from pydantic import BaseModel, ConfigDict
 
 from ..client.session import ChatSession
 from ..client.tools import ClientTool, structured_output_tool
-from ..errors import CoderApiError, CoderChatError, CoderError, CoderStreamError
+from ..errors import CoderApiError, CoderChatError, CoderConfigError, CoderError, CoderStreamError
 from ..protocol.models import Chat
 from ..protocol.transcript import final_text, structured_output, to_transcript
 from .context import PINS_CUT_SHORT, StepContext
-from .markers import LABEL_DEPLOYMENT, LABEL_WORKFLOW, chat_labels, count_attempts, read_tail
-from .reconcile import interrupt_quietly
-from .records import JournalEntry, RecoveryReason, utcnow
+from .markers import LABEL_WORKFLOW, chat_labels, count_attempts, owner_labels, read_tail
+from .records import JournalEntry, RecoveryReason, StepRecord, StepVerdict, prompt_digest, utcnow
 from .settle import settle_wait
 
-Verdict = Literal["ran", "recovered", "resubmitted"]
+#: How a step ended this time: its turn ran, was recovered or resubmitted; or it had
+#: finished before and came from the store (``stored``) or Prefect's cache (``cached``).
+Verdict = Literal["ran", "recovered", "resubmitted", "stored", "cached"]
 MAX_SETTLE_ROUNDS = 8
 
 
@@ -52,6 +56,19 @@ class StepResult(BaseModel):
     last_seen_message_id: int | None = None
     verdict: Verdict
     notes: list[str] = []
+
+    @classmethod
+    def from_record(cls, record: StepRecord, verdict: Verdict) -> StepResult:
+        return cls(
+            workflow_id=record.workflow_id,
+            step=record.step,
+            text=record.text,
+            output=record.output,
+            chat_id=record.chat_id,
+            last_seen_message_id=record.last_seen_message_id,
+            verdict=verdict,
+            notes=record.notes,
+        )
 
 
 @dataclass
@@ -76,6 +93,14 @@ class _Recovered:
 
 
 async def run_step(ctx: StepContext, spec: StepSpec) -> StepResult:
+    stored = await ctx.store.get_step(ctx.tenant, ctx.workflow_id, ctx.step)
+    if stored is not None:
+        _check_same_prompt(ctx, stored, spec)
+        ctx.report(
+            f"Step {ctx.step} finished earlier ({stored.verdict}); its result comes from the "
+            "store and nothing is sent again."
+        )
+        return StepResult.from_record(stored, "stored")
     workflow = await ctx.store.get_workflow(ctx.tenant, ctx.workflow_id)
     chat_id = workflow.chat_id if workflow else None
     cursor = workflow.last_seen_message_id if workflow else None
@@ -83,40 +108,86 @@ async def run_step(ctx: StepContext, spec: StepSpec) -> StepResult:
     if chat_id is None:
         chat_id = await adopt_orphan(ctx, spec)
         adopted, cursor = chat_id is not None, None
-    verdict: Verdict = "ran"
+    verdict: StepVerdict = "ran"
     if chat_id is not None:
-        record = await ctx.store.get_chat(ctx.tenant, chat_id)
-        entry = record.journal if record else None
-        if (
-            adopted
-            or (entry is not None and entry.marker == ctx.marker)
-            or (entry is None and await _created_with_this_step(ctx, chat_id))
-        ):
-            reason: RecoveryReason = (
-                entry.reason if entry and entry.marker == ctx.marker else None
-            ) or "hard_crash"
+        reason = await _attempt_in_flight(ctx, chat_id, adopted)
+        if reason is not None:
             ctx.report(
-                f"step {ctx.step}: an attempt may be in flight on chat {chat_id}; recovering ({reason})"
+                f"Step {ctx.step}: an earlier attempt may still be on chat {chat_id} "
+                f"({_REASONS[reason]}); checking what became of it before sending anything."
             )
             recovered = await recover(ctx, spec, chat_id, reason)
             if recovered is not None:
-                await ctx.store.save_checkpoint(ctx.fence, chat_id, recovered.cursor)
-                ctx.report(
-                    f"step {ctx.step}: recovered the finished attempt's result; nothing resubmitted"
-                )
-                return StepResult(
-                    workflow_id=ctx.workflow_id,
-                    step=ctx.step,
-                    text=recovered.text,
-                    output=recovered.output,
-                    chat_id=chat_id,
-                    last_seen_message_id=recovered.cursor,
-                    verdict="recovered",
+                return await _complete(
+                    ctx,
+                    spec,
+                    chat_id,
+                    recovered.cursor,
+                    recovered.text,
+                    recovered.output,
+                    "recovered",
                 )
             verdict = "resubmitted"
-            ctx.report(f"step {ctx.step}: the attempt did not finish; resubmitting")
+            ctx.report(f"Step {ctx.step}: the earlier attempt did not finish; sending it again.")
             cursor = None
     return await _run_turn(ctx, spec, chat_id, cursor, verdict)
+
+
+_REASONS: dict[RecoveryReason, str] = {
+    "hard_crash": "the process running it stopped",
+    "timeout": "it timed out",
+    "abort": "it was cut off by its deadline or a cancellation",
+}
+
+
+def _check_same_prompt(ctx: StepContext, stored: StepRecord, spec: StepSpec) -> None:
+    if stored.prompt_digest and stored.prompt_digest != prompt_digest(spec.prompt):
+        raise CoderConfigError(
+            f"step {ctx.step} of workflow {ctx.workflow_id!r} already finished with another "
+            "prompt, and a finished step is never run again; use a new workflow_id to run "
+            "different prompts"
+        )
+
+
+async def _attempt_in_flight(
+    ctx: StepContext, chat_id: str, adopted: bool
+) -> RecoveryReason | None:
+    """Why recovery must run before a send on ``chat_id``, or ``None`` when no attempt of
+    this step can be there."""
+    record = await ctx.store.get_chat(ctx.tenant, chat_id)
+    entry = record.journal if record else None
+    if entry is not None and entry.marker == ctx.marker:
+        return entry.reason or "hard_crash"
+    if adopted or (entry is None and await _created_with_this_step(ctx, chat_id)):
+        return "hard_crash"
+    return None
+
+
+async def _complete(
+    ctx: StepContext,
+    spec: StepSpec,
+    chat_id: str,
+    cursor: int | None,
+    text: str,
+    output: Any,
+    verdict: StepVerdict,
+    notes: list[str] | None = None,
+) -> StepResult:
+    """Write the finished step and its checkpoint in one transaction, then return it."""
+    record = StepRecord(
+        tenant=ctx.tenant,
+        workflow_id=ctx.workflow_id,
+        step=ctx.step,
+        chat_id=chat_id,
+        last_seen_message_id=cursor,
+        text=text,
+        output=output.model_dump(mode="json") if isinstance(output, BaseModel) else output,
+        verdict=verdict,
+        prompt_digest=prompt_digest(spec.prompt),
+        notes=notes or [],
+    )
+    await asyncio.shield(ctx.store.complete_step(ctx.fence, record))
+    return StepResult.from_record(record, verdict)
 
 
 # -- recovery -----------------------------------------------------------------------------------
@@ -129,25 +200,30 @@ async def recover(
     settled = await settle_wait(ctx, chat_id, reason)
     rounds = 1
     while settled.status == "requires_action" and rounds < MAX_SETTLE_ROUNDS:
-        ctx.report("settle: the revived run paused on a new client tool; reconciling again")
         settled = await settle_wait(ctx, chat_id, reason)
         rounds += 1
     cut_short = settled.cut_short or reason in PINS_CUT_SHORT
     tail = await read_tail(ctx.client, chat_id)
     last_user = tail.last_user
     submitted = last_user is not None and ctx.marker in last_user.text()
-    ctx.report(
-        f"result check: status {settled.status}, submitted {submitted}, cut short {cut_short}"
-    )
-    if not submitted or cut_short or settled.status not in ("waiting", "completed"):
+    if not submitted:
+        ctx.report(f"Step {ctx.step}: its prompt never reached the chat.")
+        return None
+    if cut_short or settled.status not in ("waiting", "completed"):
+        why = "it was cut short" if cut_short else f"the chat ended in {settled.status}"
+        ctx.report(f"Step {ctx.step}: the earlier attempt did not finish ({why}).")
         return None
     assert last_user is not None
     after = to_transcript(tail.after(last_user)).messages
     output = structured_output(after, spec.output_type) if spec.output_type else None
     if spec.output_type is not None and output is None:
-        ctx.report("result check: the finished attempt filed no valid structured output")
+        ctx.report(f"Step {ctx.step}: the earlier attempt filed no valid structured answer.")
         return None
     cursor = max((m.id for m in tail.messages), default=None)
+    ctx.report(
+        f"Step {ctx.step}: the earlier attempt finished; its answer is taken from the chat "
+        "and nothing is sent again."
+    )
     return _Recovered(final_text(after, ctx.tools.names), output, cursor)
 
 
@@ -155,34 +231,29 @@ async def _created_with_this_step(ctx: StepContext, chat_id: str) -> bool:
     """A checkpointed chat with no journal entry at all: did this step's create send it?
 
     A send that creates the chat is never journaled (there is no chat to journal it
-    on), so a checkpoint written after it (the turn's ``finally``, or an adoption by a
-    run that then died) is all that is left of an attempt that may have finished.
+    on), so a checkpoint written after it (a failed turn's checkpoint, or an adoption
+    by a run that then died) is all that is left of an attempt that may have finished.
     History decides: an attempt carrying this step's marker is recovered, never rerun.
     """
     return await count_attempts(ctx.client, chat_id, ctx.marker) > 0
 
 
 async def adopt_orphan(ctx: StepContext, spec: StepSpec) -> str | None:
-    """With an empty checkpoint, adopt the newest chat this workflow created, if any."""
-    labels = {LABEL_WORKFLOW: ctx.workflow_id, LABEL_DEPLOYMENT: spec.deployment or "local"}
+    """With an empty checkpoint, adopt the newest chat this workflow made in this store."""
+    labels = {
+        **owner_labels(spec.deployment, await ctx.store.store_id()),
+        LABEL_WORKFLOW: ctx.workflow_id[:256],
+    }
     found: list[Chat] = [c async for c in ctx.client.iter_chats(labels=labels)]
-    candidates = []
-    for chat in found:
-        record = await ctx.store.get_chat(ctx.tenant, chat.id)
-        if record is None or not record.discarded:
-            candidates.append(chat)
-    if not candidates:
+    if not found:
         return None
-    candidates.sort(key=lambda c: (c.created_at is not None, c.created_at), reverse=True)
-    chosen = candidates[0]
+    found.sort(key=lambda c: (c.created_at is not None, c.created_at), reverse=True)
+    chosen = found[0]
     await ctx.store.save_checkpoint(ctx.fence, chosen.id, None)
+    older = f"; {len(found) - 1} older one(s) are left to the sweep" if len(found) > 1 else ""
     ctx.report(
-        f"empty checkpoint: adopted chat {chosen.id} ({chosen.status}), left by a crashed attempt"
-        + (
-            f"; {len(candidates) - 1} older orphan(s) left to the sweep"
-            if len(candidates) > 1
-            else ""
-        )
+        f"No checkpoint yet: adopted chat {chosen.id} ({chosen.status}), made by an "
+        f"attempt whose process stopped before recording it{older}."
     )
     return chosen.id
 
@@ -191,16 +262,47 @@ async def adopt_orphan(ctx: StepContext, spec: StepSpec) -> str | None:
 
 
 async def _run_turn(
-    ctx: StepContext, spec: StepSpec, chat_id: str | None, cursor: int | None, verdict: Verdict
+    ctx: StepContext, spec: StepSpec, chat_id: str | None, cursor: int | None, verdict: StepVerdict
 ) -> StepResult:
+    session = await _session(ctx, spec, chat_id, cursor)
+    notes = await _ledger_notes(ctx, chat_id) if chat_id else []
+    prompt = " ".join([ctx.marker, spec.prompt, *notes])
+    entry = await _journal_send(ctx, chat_id) if chat_id is not None else None
+    try:
+        result = await session.generate(
+            prompt, deadline=ctx.options.step_deadline, output_type=spec.output_type
+        )
+    except BaseException as exc:
+        await asyncio.shield(_after_failure(ctx, session, entry, exc))
+        if isinstance(exc, CoderStreamError):
+            # The durable layer can always retry a lost stream: the retry settles the
+            # chat and reads history before it sends anything (the run may well finish).
+            raise CoderStreamError(str(exc), chat_id=exc.chat_id, retryable=True) from exc
+        raise
+    return await _complete(
+        ctx,
+        spec,
+        result.chat_id,
+        result.last_seen_message_id,
+        result.text,
+        result.output,
+        verdict,
+        notes,
+    )
+
+
+async def _session(
+    ctx: StepContext, spec: StepSpec, chat_id: str | None, cursor: int | None
+) -> ChatSession:
     opts = ctx.options
-    session = ChatSession(
+    labels = chat_labels(ctx.workflow_id, ctx.step, spec.deployment, await ctx.store.store_id())
+    return ChatSession(
         client=ctx.client,
         organization_id=ctx.tenant,
         chat_id=chat_id,
         last_seen_message_id=cursor,
         tools=_session_tools(ctx, spec),
-        labels=chat_labels(ctx.workflow_id, ctx.step, spec.deployment),
+        labels=labels,
         system_prompt=spec.system_prompt,
         request_timeout=opts.request_timeout,
         workspace_id=spec.workspace_id,
@@ -212,51 +314,36 @@ async def _run_turn(
         archive_window=opts.archive_window,
         interrupt_timeout=opts.interrupt_timeout,
     )
-    notes = await _ledger_notes(ctx, chat_id) if chat_id else []
-    prompt = " ".join([ctx.marker, spec.prompt, *notes])
-    entry: JournalEntry | None = None
-    if chat_id is not None:
-        entry = await _journal_send(ctx, chat_id)
+
+
+async def _after_failure(
+    ctx: StepContext, session: ChatSession, entry: JournalEntry | None, exc: BaseException
+) -> None:
+    """Keep what the next attempt needs: the chat (checkpointed) and why this one failed.
+
+    A chat the failed turn created is kept too, even after a lost stream: its run may
+    finish on the server, and recovery finds it there. (Starting over on a fresh chat
+    would run its tool effects again under new keys.)
+    """
+    chat_id = session.chat_id or (exc.chat_id if isinstance(exc, CoderStreamError) else None)
+    if chat_id is None:
+        return
     try:
-        result = await session.generate(
-            prompt, deadline=opts.step_deadline, output_type=spec.output_type
-        )
-    except CoderStreamError as exc:
-        await _discard(ctx, session, exc)
-        raise
-    except CoderChatError as exc:
-        if exc.kind == "timeout":
-            await _journal_reason(ctx, session.chat_id, entry, "timeout")
-        raise
-    except CoderApiError as exc:
-        if entry is not None and session.chat_id is not None and _send_refused(exc):
-            # The server answered the send with a refusal: nothing is in flight, so
-            # recovery need not sleep out the commit horizon before resubmitting.
-            with contextlib.suppress(CoderError):
-                await ctx.store.write_journal(
-                    ctx.fence, session.chat_id, entry.model_copy(update={"horizon": None})
-                )
-        raise
-    except (TimeoutError, asyncio.CancelledError):
-        await asyncio.shield(_journal_reason(ctx, session.chat_id, entry, "abort"))
-        raise
-    finally:
-        if session.chat_id is not None:
-            await asyncio.shield(
-                ctx.store.save_checkpoint(ctx.fence, session.chat_id, session.last_seen_message_id)
+        if isinstance(exc, CoderChatError) and exc.kind == "timeout":
+            await _journal_reason(ctx, chat_id, entry, "timeout")
+        elif isinstance(exc, TimeoutError | asyncio.CancelledError):
+            await _journal_reason(ctx, chat_id, entry, "abort")
+        elif isinstance(exc, CoderApiError) and entry is not None and _send_refused(exc):
+            # The server refused the send: nothing is in flight, so recovery need not
+            # sleep out the commit horizon before sending again.
+            await ctx.store.write_journal(
+                ctx.fence, chat_id, entry.model_copy(update={"horizon": None})
             )
-    return StepResult(
-        workflow_id=ctx.workflow_id,
-        step=ctx.step,
-        text=result.text,
-        output=result.output.model_dump(mode="json")
-        if isinstance(result.output, BaseModel)
-        else result.output,
-        chat_id=result.chat_id,
-        last_seen_message_id=result.last_seen_message_id,
-        verdict=verdict,
-        notes=notes,
-    )
+        cursor = session.last_seen_message_id if session.chat_id else None
+        await ctx.store.save_checkpoint(ctx.fence, chat_id, cursor)
+    except CoderError as store_exc:
+        # The turn's own failure is the one to raise; recovery copes without these.
+        ctx.report(f"Step {ctx.step}: could not record the failed attempt ({store_exc}).")
 
 
 class _AnyAnswer(BaseModel):
@@ -297,43 +384,19 @@ async def _journal_send(ctx: StepContext, chat_id: str) -> JournalEntry:
 
 
 async def _journal_reason(
-    ctx: StepContext, chat_id: str | None, entry: JournalEntry | None, reason: RecoveryReason
+    ctx: StepContext, chat_id: str, entry: JournalEntry | None, reason: RecoveryReason
 ) -> None:
     """Record why the attempt failed, so a later recovery pins ``cut_short``."""
-    if chat_id is None:
-        return
     base = entry or JournalEntry(state="submitting", marker=ctx.marker, attempt=0, at=utcnow())
-    with contextlib.suppress(CoderError):
-        await ctx.store.write_journal(
-            ctx.fence, chat_id, base.model_copy(update={"reason": reason})
-        )
-
-
-async def _discard(ctx: StepContext, session: ChatSession, exc: CoderStreamError) -> None:
-    """A stream failure dropped the chat this turn created: record it, retire it if safe."""
-    chat_id = exc.chat_id
-    if chat_id is None or session.chat_id is not None:
-        return  # a resumed chat is kept; the checkpoint still points at it
-    await ctx.store.mark_discarded(ctx.fence, chat_id)
-    if await ctx.store.list_tools(ctx.tenant, chat_id):
-        ctx.report(
-            f"discarded chat {chat_id} after a stream failure; its tool effects are left to the sweep"
-        )
-        return
-    ctx.report(f"discarded chat {chat_id} after a stream failure; retiring it")
-    with contextlib.suppress(CoderError, TimeoutError):
-        async with asyncio.timeout(ctx.options.interrupt_timeout):
-            await interrupt_quietly(ctx, chat_id)
-        await session.archive()
+    await ctx.store.write_journal(ctx.fence, chat_id, base.model_copy(update={"reason": reason}))
 
 
 async def _ledger_notes(ctx: StepContext, chat_id: str) -> list[str]:
     """Effects this step already committed: told to the model so it does not repeat them."""
     entries = [e for e in await ctx.store.list_tools(ctx.tenant, chat_id) if e.marker == ctx.marker]
-    notes = []
-    for e in entries:
-        if e.state == "done":
-            notes.append(
-                f"(Note: {e.tool_name} already ran for this step, call {e.tool_call_id}, and returned {e.output!r}; do not repeat it.)"
-            )
-    return notes
+    return [
+        f"(Note: {e.tool_name} already ran for this step, call {e.tool_call_id}, and "
+        f"returned {e.output!r}; do not repeat it.)"
+        for e in entries
+        if e.state == "done"
+    ]

@@ -1,0 +1,64 @@
+"""Retiring a chat whose workflow is over: answer its pause, stop its run, archive it.
+
+The workflow's own archive at its end, its failure hook and the orphan sweep all
+retire chats this one way. A pause is answered first, from the ledger
+(:func:`.reconcile.answer_pause` in ``retire`` mode), because it may be the only
+pending record of an effect that ran; when a committing effect cannot be finished
+here (its tool is not available), the chat is left paused and reported, never
+interrupted away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from ..client.session import ChatSession
+from .context import StepContext
+from .reconcile import answer_pause, interrupt_quietly
+from .settle import SETTLED
+
+
+@dataclass
+class Retired:
+    """What became of the chat: ``archived``, ``already archived`` or ``left``, and why."""
+
+    action: str
+    detail: str = ""
+
+    @property
+    def done(self) -> bool:
+        return self.action != "left"
+
+
+async def retire_chat(ctx: StepContext, chat_id: str) -> Retired:
+    chat = await ctx.client.get_chat(chat_id)
+    if chat.archived:
+        return Retired("already archived")
+    detail = ""
+    if chat.status == "requires_action":
+        answer = await answer_pause(ctx, chat_id, "retire")
+        if answer.blocked:
+            return Retired("left", answer.summary())
+        detail = answer.summary()
+    await _stop_run(ctx, chat_id)
+    session = ChatSession(
+        client=ctx.client,
+        organization_id=ctx.tenant,
+        chat_id=chat_id,
+        archive_retry_interval=ctx.options.archive_retry_interval,
+        archive_window=ctx.options.archive_window,
+    )
+    await session.archive()  # retries its 409 while a stopped run winds down
+    return Retired("archived", detail)
+
+
+async def _stop_run(ctx: StepContext, chat_id: str) -> None:
+    """Interrupt until the chat settles; bounded. A settled chat costs one read."""
+    opts = ctx.options
+    async with asyncio.timeout(opts.interrupt_timeout + opts.archive_window):
+        while (await ctx.client.get_chat(chat_id)).status not in SETTLED:
+            # Live, or paused again by a run our answers revived: nothing of this
+            # pause has run (no process runs its tools), so interrupting loses nothing.
+            await interrupt_quietly(ctx, chat_id)
+            await asyncio.sleep(opts.poll_interval)
