@@ -27,8 +27,9 @@ PAGE_SIZES = (100, 200)
 async def one(chats: int, page_size: int) -> None:
     async with serve_simulator(SimulatorConfig()) as sim:
         tenant = str(sim.organization_id)
-        ids = sim.seed(chats, labels=chat_labels("bench-wf", 1, "local"), age_seconds=3600)
         store = SqliteStore(Path(tempfile.mkdtemp()) / "ledger.db")
+        labels = chat_labels("bench-wf", 1, "local", await store.store_id())
+        ids = sim.seed(chats, labels=labels, age_seconds=3600)
         for index, chat_id in enumerate(ids[:50]):  # a few owned by checkpoints
             fence = await store.begin_run(tenant, f"owner-{index}")
             await store.save_checkpoint(fence, str(chat_id), None)

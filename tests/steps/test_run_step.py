@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from coder_chat import ChatClient, CoderStreamError
+from coder_chat import ChatClient, ChatSession, CoderConfigError, CoderStreamError
 from coder_chat.durable.context import DurableOptions, StepContext, StepTools
-from coder_chat.durable.markers import LABEL_STEP, LABEL_WORKFLOW
+from coder_chat.durable.markers import LABEL_STEP, LABEL_STORE, LABEL_WORKFLOW, chat_labels
 from coder_chat.durable.records import JournalEntry
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.step import StepSpec, run_step
 from coder_chat.durable.tools import durable_tool
+from coder_chat.protocol.models import ChatMessage
 from coder_chat.simulator import Simulator, SimulatorConfig, serve_simulator
 from tests.conftest import fast_config
+from tests.simulator.wire import Wire
 
 CHARGES: list[tuple[int, str]] = []
 
@@ -38,7 +41,28 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
 FAST = DurableOptions(request_timeout=10, step_deadline=30, poll_interval=0.02, redial_initial=0.01)
 
 
-async def test_three_steps_then_a_rerun_recovers(sim: Simulator, store: SqliteStore) -> None:
+async def crashed_attempt(
+    client: ChatClient, store: SqliteStore, ctx: StepContext, chat_id: str, prompt: str
+) -> int:
+    """What a process that died mid-step leaves: its send journaled and made, no result.
+
+    Returns the id of the user message the send committed.
+    """
+    attempts = sum(1 for m in await user_messages(client, chat_id) if ctx.marker in m.text())
+    entry = JournalEntry(state="submitting", marker=ctx.marker, attempt=attempts)
+    await store.write_journal(ctx.fence, chat_id, entry)
+    sent = await client.send_message(chat_id, f"{ctx.marker} {prompt}")
+    assert sent.message is not None
+    return sent.message.id
+
+
+async def user_messages(client: ChatClient, chat_id: str) -> list[ChatMessage]:
+    return [m async for m in client.iter_messages(chat_id) if m.role == "user"]
+
+
+async def test_three_steps_then_a_rerun_comes_from_the_store(
+    sim: Simulator, store: SqliteStore
+) -> None:
     tenant = str(sim.organization_id)
     CHARGES.clear()
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
@@ -54,47 +78,157 @@ async def test_three_steps_then_a_rerun_recovers(sim: Simulator, store: SqliteSt
         assert "receipt-1" in results[1].text
         chat_id = results[0].chat_id
         assert {r.chat_id for r in results} == {chat_id}
-        assert sim.chat(chat_id).labels[LABEL_WORKFLOW] == "wf-1"
-        assert sim.chat(chat_id).labels[LABEL_STEP] == "1"
+        labels = sim.chat(chat_id).labels
+        assert labels[LABEL_WORKFLOW] == "wf-1" and labels[LABEL_STEP] == "1"
+        assert labels[LABEL_STORE] == await store.store_id()
         assert (
             len(CHARGES) == 1
             and CHARGES[0][1] == f"{tenant}/{chat_id}/" + CHARGES[0][1].split("/")[-1]
         )
-        users_before = [m for m in sim.messages(chat_id) if m.role == "user"]
+        requests = len(sim.records.requests)
 
-        # A re-run of step 2 (as after a crash that lost its result) recovers, never resends.
+        # A re-run of a finished step, in a new run of the workflow, reads the store
+        # and talks to no one: not a request reaches the server.
+        rerun = await store.begin_run(tenant, "wf-1")
         again = await run_step(
-            StepContext(client, store, fence, "wf-1", 3, tools, FAST), StepSpec(prompt=prompts[2])
+            StepContext(client, store, rerun, "wf-1", 2, tools, FAST), StepSpec(prompt=prompts[1])
         )
-        assert again.verdict == "recovered"
-        assert again.text == results[2].text
-        assert [m for m in sim.messages(chat_id) if m.role == "user"] == users_before
-        assert len(CHARGES) == 1
-        workflow = await store.get_workflow(tenant, "wf-1")
-        assert workflow is not None and workflow.chat_id == chat_id
+        assert again.verdict == "stored"
+        assert (again.text, again.chat_id) == (results[1].text, chat_id)
+        assert len(sim.records.requests) == requests and len(CHARGES) == 1
+        with pytest.raises(CoderConfigError, match="already finished with another prompt"):
+            await run_step(
+                StepContext(client, store, rerun, "wf-1", 2, tools, FAST),
+                StepSpec(prompt="pay twice"),
+            )
+    stored = await store.list_steps(tenant, "wf-1")
+    assert [(s.step, s.verdict, s.text) for s in stored] == [
+        (r.step, "ran", r.text) for r in results
+    ]
 
 
-async def test_a_stream_failure_discards_and_retires_the_new_chat(
+async def test_a_finished_attempt_whose_result_was_lost_is_recovered(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    tenant = str(sim.organization_id)
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        fence = await store.begin_run(tenant, "wf-lost")
+        first = await run_step(
+            StepContext(client, store, fence, "wf-lost", 1, StepTools(), FAST),
+            StepSpec(prompt="plan it"),
+        )
+        ctx = StepContext(client, store, fence, "wf-lost", 2, StepTools(), FAST)
+        await crashed_attempt(client, store, ctx, first.chat_id, "summarise")
+        await sim.wait_for_status(first.chat_id, "waiting")
+        recovered = await run_step(ctx, StepSpec(prompt="summarise"))
+        users = await user_messages(client, first.chat_id)
+    assert recovered.verdict == "recovered"
+    assert recovered.text == 'You said: "[wf-lost/step-2] summarise"'
+    assert len(users) == 2  # nothing was sent again
+    stored = await store.get_step(tenant, "wf-lost", 2)
+    assert stored is not None and stored.verdict == "recovered"
+
+
+async def test_a_live_run_left_by_a_crash_is_left_to_finish(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    tenant = str(sim.organization_id)
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        fence = await store.begin_run(tenant, "wf-live")
+        first = await run_step(
+            StepContext(client, store, fence, "wf-live", 1, StepTools(), FAST),
+            StepSpec(prompt="plan it"),
+        )
+        ctx = StepContext(client, store, fence, "wf-live", 2, StepTools(), FAST)
+        await crashed_attempt(client, store, ctx, first.chat_id, "work slowly /sleep 0.5")
+        assert sim.chat(first.chat_id).status == "running"
+        recovered = await run_step(ctx, StepSpec(prompt="work slowly /sleep 0.5"))
+    assert recovered.verdict == "recovered" and "work slowly" in recovered.text
+    assert not sim.records.interrupts  # the crashed attempt's work was not thrown away
+
+
+async def test_a_live_run_past_the_settle_budget_is_cut_and_resubmitted(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    tenant = str(sim.organization_id)
+    impatient = replace(FAST, settle_timeout=0.3)
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        fence = await store.begin_run(tenant, "wf-slow")
+        first = await run_step(
+            StepContext(client, store, fence, "wf-slow", 1, StepTools(), impatient),
+            StepSpec(prompt="plan it"),
+        )
+        ctx = StepContext(client, store, fence, "wf-slow", 2, StepTools(), impatient)
+        await crashed_attempt(client, store, ctx, first.chat_id, "stall /sleep 30")
+        again = await run_step(ctx, StepSpec(prompt="quick"))
+        users = await user_messages(client, first.chat_id)
+    assert again.verdict == "resubmitted"
+    assert [i.status_before for i in sim.records.interrupts] == ["running"]
+    assert len(users) == 3 and again.text == 'You said: "[wf-slow/step-2] quick"'
+
+
+async def test_a_lost_stream_keeps_the_chat_and_the_retry_recovers_the_turn(
     sim: Simulator, store: SqliteStore
 ) -> None:
     tenant = str(sim.organization_id)
     sim.faults.drop_streams(after_events=0, times=5)  # exactly the redial budget
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
-        fence = await store.begin_run(tenant, "wf-discard")
-        ctx = StepContext(client, store, fence, "wf-discard", 1, StepTools(), FAST)
+        fence = await store.begin_run(tenant, "wf-stream")
+        ctx = StepContext(client, store, fence, "wf-stream", 1, StepTools(), FAST)
         with pytest.raises(CoderStreamError) as caught:
             await run_step(ctx, StepSpec(prompt="hello"))
-        assert caught.value.retryable  # a fresh chat with nothing outside it
+        assert caught.value.retryable  # the durable layer can always recover a lost stream
         lost = caught.value.chat_id
-        assert lost is not None
-        record = await store.get_chat(tenant, lost)
-        assert record is not None and record.discarded
-        assert sim.chat(lost).archived  # no tool effect to reconcile: retired at once
-        workflow = await store.get_workflow(tenant, "wf-discard")
-        assert workflow is not None and workflow.chat_id is None  # nothing checkpointed
-        retried = await run_step(ctx, StepSpec(prompt="hello"))  # the retry: a fresh chat
-    assert retried.chat_id != lost and retried.verdict == "ran"
-    assert retried.text == 'You said: "[wf-discard/step-1] hello"'
+        assert lost is not None and not sim.chat(lost).archived
+        workflow = await store.get_workflow(tenant, "wf-stream")
+        assert workflow is not None and workflow.chat_id == lost  # kept, checkpointed
+        retried = await run_step(ctx, StepSpec(prompt="hello"))
+        users = await user_messages(client, lost)
+    assert (retried.chat_id, retried.verdict) == (lost, "recovered")
+    assert retried.text == 'You said: "[wf-stream/step-1] hello"'
+    assert len(users) == 1  # the turn ran once, on the chat it created
+
+
+async def test_two_parallel_calls_one_booked_one_never_started(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    """A crash between two parallel durable calls: both are answered in one request,
+    the booked one from the ledger, the other run now under its own key."""
+    tenant = str(sim.organization_id)
+    CHARGES.clear()
+    prompt = 'pay /tool charge_card {"amount_cents": 100} /tool charge_card {"amount_cents": 200}'
+    tools = StepTools.build([charge_card])
+    async with (
+        Wire(sim) as wire,
+        ChatClient(base_url=sim.base_url, token=sim.token) as client,
+    ):
+        fence = await store.begin_run(tenant, "wf-pair")
+        labels = chat_labels("wf-pair", 1, "local", await store.store_id())
+        declared = [
+            t.declaration().model_dump(exclude_none=True)
+            for t in tools.for_session(
+                StepContext(client, store, fence, "wf-pair", 1, tools, FAST).binding
+            )
+        ]
+        chat = await wire.create(
+            f"[wf-pair/step-1] {prompt}", labels=labels, unsafe_dynamic_tools=declared
+        )
+        chat_id = str(chat["id"])
+        paused = await sim.wait_for_status(chat_id, "requires_action")
+        booked, never = (c.tool_call_id for c in paused.pending_calls)
+        await store.claim_tool(fence, chat_id, booked, tool_name="charge_card")
+        await store.complete_tool(fence, chat_id, booked, output="receipt-booked")
+        result = await run_step(
+            StepContext(client, store, fence, "wf-pair", 1, tools, FAST), StepSpec(prompt=prompt)
+        )
+    assert result.verdict == "recovered" and result.chat_id == chat_id
+    submissions = [r for r in sim.records.tool_results if str(r.chat_id) == chat_id]
+    assert {r.tool_call_id: r.output for r in submissions} == {
+        booked: "receipt-booked",
+        never: "receipt-1",
+    }
+    assert [key.rsplit("/", 1)[-1] for _, key in CHARGES] == [never]  # only the unstarted ran
+    assert "receipt-booked" in result.text and "receipt-1" in result.text
 
 
 SLOW_RUNS: list[str] = []
@@ -147,16 +281,26 @@ async def test_a_resubmitted_step_is_told_what_its_tools_already_did(
     tenant = str(sim.organization_id)
     CHARGES.clear()
     prompt = 'pay /tool charge_card {"amount_cents": 300}'
+    tools = StepTools.build([charge_card])
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-notes")
-        ctx = StepContext(client, store, fence, "wf-notes", 1, StepTools.build([charge_card]), FAST)
-        first = await run_step(ctx, StepSpec(prompt=prompt))
-        # As if that attempt had timed out: its timeout fired an interrupt, so
-        # recovery must treat it as cut short and resubmit.
+        first = await run_step(
+            StepContext(client, store, fence, "wf-notes", 1, tools, FAST), StepSpec(prompt="hi")
+        )
+        ctx = StepContext(client, store, fence, "wf-notes", 2, tools, FAST)
+        # An attempt that ran its tool and then timed out: the timeout fired an
+        # interrupt, so recovery must treat it as cut short and resubmit.
+        session = ChatSession(
+            client=client,
+            organization_id=tenant,
+            chat_id=first.chat_id,
+            tools=tools.for_session(ctx.binding),
+        )
+        await session.generate(f"{ctx.marker} {prompt}")
         entry = JournalEntry(state="submitting", marker=ctx.marker, attempt=0, reason="timeout")
         await store.write_journal(fence, first.chat_id, entry)
         again = await run_step(ctx, StepSpec(prompt=prompt))
     assert again.verdict == "resubmitted"
     users = [m.text() for m in sim.messages(first.chat_id) if m.role == "user"]
-    assert len(users) == 2 and "charge_card already ran for this step" in users[1]
+    assert len(users) == 3 and "charge_card already ran for this step" in users[2]
     assert len(CHARGES) == 1  # the resubmitted step's call was answered from the ledger

@@ -27,8 +27,11 @@ def coder_env(sim: Simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 async def test_the_flow_retires_orphans_and_reports(sim: Simulator, coder_env: Path) -> None:
+    store = SqliteStore(coder_env)
+    labels = chat_labels("wf-lost", 1, "nightly", await store.store_id())
+    await store.close()
     async with Wire(sim) as wire:
-        orphan = (await wire.create("lost", labels=chat_labels("wf-lost", 1, "nightly")))["id"]
+        orphan = (await wire.create("lost", labels=labels))["id"]
         await sim.wait_for_status(orphan, "waiting")
     dry = await orphan_sweep(target_deployment="nightly", orphan_age_seconds=0, dry_run=True)
     assert dry == {"chats": 1, "acted": 1, "stranded": 0, "relaunched": 0}

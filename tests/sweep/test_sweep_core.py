@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 
 from coder_chat import ChatClient
-from coder_chat.durable.context import StepTools
+from coder_chat.durable.context import DurableOptions, StepTools
 from coder_chat.durable.markers import chat_labels
+from coder_chat.durable.reconcile import NO_RESULT
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
-from coder_chat.durable.sweep import NOT_RUN, SweepPolicy, sweep
+from coder_chat.durable.sweep import SweepPolicy, mark_failed, sweep
 from coder_chat.simulator import Simulator
 from tests.simulator.wire import Wire, declare
 
@@ -26,20 +27,17 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
     await s.close()
 
 
-async def labelled(wire: Wire, workflow: str, text: str, **extra: object) -> str:
-    chat = await wire.create(text, labels=chat_labels(workflow, 1, "local"), **TOOLS, **extra)
+async def labelled(
+    wire: Wire, store: SqliteStore, workflow: str, text: str, **extra: object
+) -> str:
+    labels = chat_labels(workflow, 1, "local", await store.store_id())
+    chat = await wire.create(text, labels=labels, **TOOLS, **extra)
     return str(chat["id"])
 
 
 def policy(**overrides: object) -> SweepPolicy:
-    base = SweepPolicy(
-        orphan_age=0,
-        stuck_after=3600,
-        interrupt_timeout=5,
-        settle_timeout=10,
-        poll_interval=0.02,
-        archive_retry_interval=0.05,
-    )
+    timers = DurableOptions(interrupt_timeout=5, poll_interval=0.02, archive_retry_interval=0.05)
+    base = SweepPolicy(orphan_age=0, stuck_after=3600, options=timers)
     for key, value in overrides.items():
         setattr(base, key, value)
     return base
@@ -48,10 +46,12 @@ def policy(**overrides: object) -> SweepPolicy:
 async def test_orphans_are_retired_and_owned_chats_kept(sim: Simulator, store: SqliteStore) -> None:
     tenant = str(sim.organization_id)
     async with Wire(sim) as wire, ChatClient(base_url=sim.base_url, token=sim.token) as client:
-        owned = await labelled(wire, "wf-owned", "mine")
-        orphan_done = await labelled(wire, "wf-gone", "finished orphan")
-        orphan_live = await labelled(wire, "wf-gone-2", "live orphan /sleep 30")
-        orphan_paused = await labelled(wire, "wf-gone-3", '/tool charge_card {"amount_cents": 5}')
+        owned = await labelled(wire, store, "wf-owned", "mine")
+        orphan_done = await labelled(wire, store, "wf-gone", "finished orphan")
+        orphan_live = await labelled(wire, store, "wf-gone-2", "live orphan /sleep 30")
+        orphan_paused = await labelled(
+            wire, store, "wf-gone-3", '/tool charge_card {"amount_cents": 5}'
+        )
         unlabelled = str((await wire.create("not ours"))["id"])
         fence = await store.begin_run(tenant, "wf-owned")
         await store.save_checkpoint(fence, owned, None)
@@ -69,9 +69,10 @@ async def test_orphans_are_retired_and_owned_chats_kept(sim: Simulator, store: S
     assert not sim.chat(owned).archived and not sim.chat(unlabelled).archived
     for chat in (orphan_done, orphan_live, orphan_paused):
         assert sim.chat(chat).archived
-    # The paused orphan had no ledger entry: its call is answered "not run", never executed.
+    # The paused orphan had no ledger entry and the sweep has no tools: its call is
+    # answered "no result recorded", never executed.
     synthetic = [r for r in sim.records.tool_results if str(r.chat_id) == orphan_paused]
-    assert [r.output for r in synthetic][:1] == [NOT_RUN]
+    assert [r.output for r in synthetic][:1] == [NO_RESULT]
 
 
 async def test_a_paused_orphan_is_answered_from_the_ledger_first(
@@ -79,7 +80,9 @@ async def test_a_paused_orphan_is_answered_from_the_ledger_first(
 ) -> None:
     tenant = str(sim.organization_id)
     async with Wire(sim) as wire, ChatClient(base_url=sim.base_url, token=sim.token) as client:
-        paused = await labelled(wire, "wf-crashed", '/tool charge_card {"amount_cents": 700}')
+        paused = await labelled(
+            wire, store, "wf-crashed", '/tool charge_card {"amount_cents": 700}'
+        )
         record = await sim.wait_for_status(paused, "requires_action")
         call_id = record.pending_calls[0].tool_call_id
         fence = await store.begin_run(tenant, "wf-crashed")
@@ -97,7 +100,9 @@ async def test_a_committing_effect_without_its_tool_is_left_alone(
 ) -> None:
     tenant = str(sim.organization_id)
     async with Wire(sim) as wire, ChatClient(base_url=sim.base_url, token=sim.token) as client:
-        paused = await labelled(wire, "wf-ambiguous", '/tool charge_card {"amount_cents": 700}')
+        paused = await labelled(
+            wire, store, "wf-ambiguous", '/tool charge_card {"amount_cents": 700}'
+        )
         record = await sim.wait_for_status(paused, "requires_action")
         fence = await store.begin_run(tenant, "wf-ambiguous")
         await store.claim_tool(
@@ -117,7 +122,7 @@ async def test_dry_run_changes_nothing_and_young_chats_wait(
 ) -> None:
     tenant = str(sim.organization_id)
     async with Wire(sim) as wire, ChatClient(base_url=sim.base_url, token=sim.token) as client:
-        orphan = await labelled(wire, "wf-x", "hello")
+        orphan = await labelled(wire, store, "wf-x", "hello")
         await sim.wait_for_status(orphan, "waiting")
         dry = await sweep(client, store, tenant, policy(dry_run=True), report=lambda _: None)
         young = await sweep(client, store, tenant, policy(orphan_age=3600), report=lambda _: None)
@@ -131,7 +136,7 @@ async def test_stuck_turns_are_interrupted_and_stale_workflows_reported(
 ) -> None:
     tenant = str(sim.organization_id)
     async with Wire(sim) as wire, ChatClient(base_url=sim.base_url, token=sim.token) as client:
-        stuck = await labelled(wire, "wf-stuck", "long /sleep 30")
+        stuck = await labelled(wire, store, "wf-stuck", "long /sleep 30")
         fence = await store.begin_run(tenant, "wf-stuck")
         await store.save_checkpoint(fence, stuck, None)
         report = await sweep(
@@ -150,12 +155,59 @@ async def test_an_orphan_of_a_running_workflow_is_left_for_adoption(
 ) -> None:
     tenant = str(sim.organization_id)
     async with Wire(sim) as wire, ChatClient(base_url=sim.base_url, token=sim.token) as client:
-        orphan = await labelled(wire, "wf-alive", "first attempt")
-        discarded = await labelled(wire, "wf-alive", "discarded attempt")
-        fence = await store.begin_run(tenant, "wf-alive")  # running, empty checkpoint
-        await store.mark_discarded(fence, discarded)
+        orphan = await labelled(wire, store, "wf-alive", "first attempt")
+        await store.begin_run(tenant, "wf-alive")  # running, empty checkpoint
         await sim.wait_for_status(orphan, "waiting")
         report = await sweep(client, store, tenant, policy(), report=lambda _: None)
-    actions = {f.chat_id: f.action for f in report.findings}
-    assert actions == {orphan: "kept", discarded: "archived"}
-    assert not sim.chat(orphan).archived and sim.chat(discarded).archived
+    assert {f.chat_id: f.action for f in report.findings} == {orphan: "kept"}
+    assert not sim.chat(orphan).archived
+
+
+async def test_a_sweep_acts_only_on_its_own_stores_chats(
+    sim: Simulator, store: SqliteStore, tmp_path: Path
+) -> None:
+    """Two stores, one deployment label: each sweep sees only the chats its store made."""
+    tenant = str(sim.organization_id)
+    other = SqliteStore(tmp_path / "other.db")
+    try:
+        assert await other.store_id() != await store.store_id()
+        async with Wire(sim) as wire, ChatClient(base_url=sim.base_url, token=sim.token) as client:
+            mine = await labelled(wire, store, "wf-a", "mine")
+            theirs = await labelled(wire, other, "wf-b", "theirs")
+            await sim.wait_for_status(theirs, "waiting")
+            report = await sweep(client, store, tenant, policy(), report=lambda _: None)
+    finally:
+        await other.close()
+    assert [f.chat_id for f in report.findings] == [mine] and report.chats_seen == 1
+    assert sim.chat(mine).archived and not sim.chat(theirs).archived
+
+
+async def test_an_ended_workflow_that_did_not_archive_has_its_chat_retired(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    tenant = str(sim.organization_id)
+    async with Wire(sim) as wire, ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        failed = await labelled(wire, store, "wf-failed", "it failed")
+        kept = await labelled(wire, store, "wf-keep", "keep me")
+        for workflow, chat, archive in (("wf-failed", failed, True), ("wf-keep", kept, False)):
+            fence = await store.begin_run(tenant, workflow, archive_at_end=archive)
+            await store.save_checkpoint(fence, chat, None)
+            await store.finish(fence, WorkflowState.FAILED)
+            await sim.wait_for_status(chat, "waiting")
+        report = await sweep(client, store, tenant, policy(), report=lambda _: None)
+    assert {f.chat_id: f.action for f in report.findings} == {failed: "archived", kept: "kept"}
+    assert sim.chat(failed).archived and not sim.chat(kept).archived
+
+
+async def test_mark_failed_fences_out_the_run_and_ends_the_workflow(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    tenant = str(sim.organization_id)
+    fence = await store.begin_run(tenant, "wf-dead", flow_run_id="run-1", archive_at_end=False)
+    workflow = await store.get_workflow(tenant, "wf-dead")
+    assert workflow is not None
+    await mark_failed(store, workflow)
+    after = await store.get_workflow(tenant, "wf-dead")
+    assert after is not None
+    assert (after.state, after.flow_run_id, after.archive_at_end) == ("failed", "run-1", False)
+    assert after.epoch == fence.epoch + 1
