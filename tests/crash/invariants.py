@@ -172,8 +172,9 @@ async def searched_places(lab: CrashLab) -> dict[str, bytes]:
     places: dict[str, bytes] = {}
     for path in sorted(lab.root.glob(f"{lab.db.name}*")):
         places[f"store {path.name}"] = path.read_bytes()
-    for path in _files(lab.home):
-        places[f"home {path.relative_to(lab.home)}"] = path.read_bytes()
+    for home in sorted(lab.root.glob("*prefect-home")):  # every machine's Prefect home
+        for path in _files(home):
+            places[f"home {path.relative_to(lab.root)}"] = path.read_bytes()
     for child in lab.children:
         places[f"{child.name} stdout"] = child.stdout.read_bytes()
         places[f"{child.name} stderr"] = child.stderr.read_bytes()

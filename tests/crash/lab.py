@@ -46,7 +46,7 @@ class Child:
     proc: asyncio.subprocess.Process
     stdout: Path
     stderr: Path
-    #: The child's parameters as canonical JSON.
+    #: The child's parameters and environment overrides, as canonical JSON.
     params: str = ""
     started: bool = False
     killed: bool = False
@@ -83,6 +83,12 @@ class CrashLab:
     def tenant(self) -> str:
         return str(self.sim.organization_id)
 
+    def machine(self, name: str) -> dict[str, str]:
+        """The environment of another worker machine: its own Prefect home and result
+        storage (same Prefect API, same store, same Coder)."""
+        home = self.root / f"{name}-prefect-home"
+        return {"PREFECT_HOME": str(home), "PREFECT_LOCAL_STORAGE_PATH": str(home / "storage")}
+
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "CODER_"))}
         env.update(self.sim.env())
@@ -99,8 +105,11 @@ class CrashLab:
         return env
 
     # -- children -------------------------------------------------------------------------
-    async def spawn(self, **params: Any) -> Child:
-        """Start a child for ``durable_chat(**params)``; it imports, then waits for :meth:`go`."""
+    async def spawn(self, env: dict[str, str] | None = None, **params: Any) -> Child:
+        """Start a child for ``durable_chat(**params)``; it imports, then waits for :meth:`go`.
+
+        ``env`` overrides variables of the lab's environment (another machine, say).
+        """
         name = f"child-{len(self.children) + 1}"
         out, err = self.root / f"{name}.out", self.root / f"{name}.err"
         with out.open("wb") as stdout, err.open("wb") as stderr:
@@ -110,13 +119,13 @@ class CrashLab:
                 "tests.crash.child",
                 json.dumps(params),
                 cwd=ROOT,
-                env=self.env(),
+                env={**self.env(), **(env or {})},
                 stdin=asyncio.subprocess.PIPE,
                 stdout=stdout,
                 stderr=stderr,
                 start_new_session=True,
             )
-        child = Child(name, proc, out, err, json.dumps(params, sort_keys=True))
+        child = Child(name, proc, out, err, _key(params, env))
         self.children.append(child)
         return child
 
@@ -128,7 +137,9 @@ class CrashLab:
         child.started = True
         return child
 
-    async def start(self, *, reruns: int = 0, **params: Any) -> Child:
+    async def start(
+        self, *, reruns: int = 0, env: dict[str, str] | None = None, **params: Any
+    ) -> Child:
         """A fresh process running ``durable_chat(**params)`` from now on.
 
         ``reruns`` spawns that many more children with the same parameters, which
@@ -137,14 +148,14 @@ class CrashLab:
         """
         params.setdefault("request_timeout", 10.0)
         params.setdefault("step_deadline", 60.0)
-        key = json.dumps(params, sort_keys=True)
+        key = _key(params, env)
         spare = next(
             (c for c in self.children if c.params == key and not c.started and c.running),
             None,
         )
-        child = self.go(spare or await self.spawn(**params))
+        child = self.go(spare or await self.spawn(env, **params))
         for _ in range(reruns):
-            await self.spawn(**params)
+            await self.spawn(env, **params)
         return child
 
     async def crash(self, child: Child) -> None:
@@ -220,3 +231,8 @@ class CrashLab:
         child.killed = True
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.proc.pid, signal.SIGKILL)
+
+
+def _key(params: dict[str, Any], env: dict[str, str] | None) -> str:
+    """What makes two children interchangeable: the same parameters and environment."""
+    return json.dumps({"params": params, "env": env or {}}, sort_keys=True)

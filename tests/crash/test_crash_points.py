@@ -30,6 +30,8 @@ PROMPTS = ["plan the refund", "confirm the refund"]
 CHARGE = '/tool charge_card {"amount_cents": 1299}'
 #: Long enough that a run is certainly still going when the rerun recovers it.
 STALL = 120.0
+#: Long enough to kill the process mid-run; short enough to wait for.
+SHORT_STALL = 3.0
 
 
 def tool_prompts(step: int) -> list[str]:
@@ -120,7 +122,7 @@ async def test_point_2_create_committed_response_lost(lab: CrashLab) -> None:
 async def test_point_3_chat_created_checkpoint_not_written(lab: CrashLab) -> None:
     sim, wf = lab.sim, "wf-crash-3"
     params: dict[str, Any] = {"workflow_id": wf, "prompts": PROMPTS, "archive_at_end": False}
-    sim.config.step_delay = STALL  # the first turn is still running when the process dies
+    sim.config.step_delay = SHORT_STALL  # the first turn is still running when the process dies
     first = await lab.start(**params, reruns=1)
     await lab.until(
         lambda: len(labelled(lab, wf)) == 1 and labelled(lab, wf)[0].status == "running",
@@ -131,30 +133,34 @@ async def test_point_3_chat_created_checkpoint_not_written(lab: CrashLab) -> Non
     chat = only_chat(lab, wf)
     workflow, _, _ = await stored(lab, wf)
     assert workflow is not None and workflow.chat_id is None  # no checkpoint yet
-    results = await rerun_stalled(lab, chat, **params)
+    sim.config.step_delay = 0.0  # later turns answer at once; the running one keeps its pause
+    results = await lab.finish(await lab.start(**params))
+    # The orphan was adopted and its live run left to finish: recovered, never resent.
     assert results[0]["chat_id"] == str(chat.id)
+    assert accepted_interrupts(lab, chat) == 0
     await check_invariants(
         lab,
         results,
-        Expect(
-            wf,
-            PROMPTS,
-            attempts={1: 2},
-            verdicts={1: "resubmitted", 2: "ran"},
-            archived=False,
-        ),
+        Expect(wf, PROMPTS, verdicts={1: "recovered", 2: "ran"}, archived=False),
     )
 
 
 # -- 4 and 5: a later step ------------------------------------------------------------------------
 
 
-async def test_point_4_prompt_sent_turn_still_running(lab: CrashLab) -> None:
-    sim, wf = lab.sim, "wf-crash-4"
+@pytest.mark.parametrize("overrun", [False, True], ids=["finishes", "overruns-its-budget"])
+async def test_point_4_prompt_sent_turn_still_running(lab: CrashLab, overrun: bool) -> None:
+    """A crash while step 2's turn runs on the server. The rerun lets that run finish
+    and recovers it; only a run still going after the step's own deadline is cut short
+    (an interrupt the server accepts) and the step sent again."""
+    sim, wf = lab.sim, f"wf-crash-4-{overrun}"
+    params: dict[str, Any] = {"workflow_id": wf, "prompts": PROMPTS}
+    if overrun:
+        params["step_deadline"] = 4.0
     sim.faults.hold("send_message", "before")  # step 2's send: the first send of the workflow
-    first = await lab.start(workflow_id=wf, prompts=PROMPTS, reruns=1)
+    first = await lab.start(**params, reruns=1)
     held = await lab.held(sim.faults.wait_held("send_message", timeout=90), first, "send held")
-    sim.config.step_delay = STALL
+    sim.config.step_delay = STALL if overrun else SHORT_STALL
     sim.faults.decide(held.id, "release")
     chat = only_chat(lab, wf)
     marker = step_marker(wf, 2)
@@ -168,12 +174,15 @@ async def test_point_4_prompt_sent_turn_still_running(lab: CrashLab) -> None:
     assert workflow is not None and workflow.chat_id == str(chat.id)
     assert record is not None and record.journal is not None
     assert (record.journal.state, record.journal.marker) == ("submitting", marker)
-    results = await rerun_stalled(lab, chat, workflow_id=wf, prompts=PROMPTS)
-    await check_invariants(
-        lab,
-        results,
-        Expect(wf, PROMPTS, attempts={2: 2}, verdicts={1: "ran", 2: "resubmitted"}),
-    )
+    if overrun:
+        results = await rerun_stalled(lab, chat, **params)
+        expect = Expect(wf, PROMPTS, attempts={2: 2}, verdicts={1: "cached", 2: "resubmitted"})
+    else:
+        sim.config.step_delay = 0.0
+        results = await lab.finish(await lab.start(**params))
+        assert accepted_interrupts(lab, chat) == 0
+        expect = Expect(wf, PROMPTS, verdicts={1: "cached", 2: "recovered"})
+    await check_invariants(lab, results, expect)
 
 
 async def test_point_5_turn_finished_result_not_recorded(lab: CrashLab) -> None:
@@ -199,7 +208,9 @@ async def test_point_5_turn_finished_result_not_recorded(lab: CrashLab) -> None:
     await lab.crash(first)
     sim.faults.clear()
     results = await lab.finish(await lab.start(workflow_id=wf, prompts=PROMPTS))
-    await check_invariants(lab, results, Expect(wf, PROMPTS, verdicts={1: "ran", 2: "recovered"}))
+    await check_invariants(
+        lab, results, Expect(wf, PROMPTS, verdicts={1: "cached", 2: "recovered"})
+    )
 
 
 # -- 6 to 8: a durable client tool, in a later step and in the first -----------------------------
@@ -225,7 +236,7 @@ async def finish_tool_workflow(lab: CrashLab, wf: str, step: int) -> list[dict[s
     results = await lab.finish(
         await lab.start(workflow_id=wf, prompts=tool_prompts(step), tools=[CHARGE_CARD])
     )
-    verdicts = {1: "ran", 2: "ran", step: "recovered"}
+    verdicts = {1: "cached", 2: "ran", step: "recovered"}
     await check_invariants(
         lab, results, Expect(wf, tool_prompts(step), charges=1, verdicts=verdicts)
     )
@@ -323,21 +334,21 @@ async def test_point_9_crash_during_recovery(lab: CrashLab, phase: str) -> None:
     third = await lab.start(workflow_id=wf, prompts=prompts, tools=[CHARGE_CARD])
     results = await lab.finish(third)
     await check_invariants(
-        lab, results, Expect(wf, prompts, charges=1, verdicts={1: "ran", 2: "recovered"})
+        lab, results, Expect(wf, prompts, charges=1, verdicts={1: "cached", 2: "recovered"})
     )
     assert lab.payments.requests == {entries[0].idempotency_key: 1}
     if phase == "after":
         assert "honoured the journaled verdict 'resumed'" in third.output()
         assert accepted_interrupts(lab, chat) == interrupts  # the revived run was left alone
     else:
-        assert "reconciled a paused attempt (cut short: False)" in third.output()
+        assert "the attempt was paused on client tools; answered 1" in third.output()
 
 
 async def test_point_9_crash_during_recovery_of_an_adopted_first_step(lab: CrashLab) -> None:
-    """Point 2, then the rerun adopts the orphan (checkpointing it) and dies in its
-    settle-wait, before its interrupt reached the server: no journal entry exists for a
-    first step (its send was the create). The third run still finds the finished first
-    attempt in history and recovers it instead of resubmitting it."""
+    """Point 2, then the rerun adopts the orphan (checkpointing it) and dies while it
+    reads history for the result: no journal entry exists for a first step (its send
+    was the create). The third run still finds the finished first attempt in history
+    and recovers it instead of resubmitting it."""
     sim, wf = lab.sim, "wf-crash-9-adopted"
     sim.faults.hold("create_chat", "after")
     first = await lab.start(workflow_id=wf, prompts=PROMPTS, reruns=2)
@@ -347,9 +358,9 @@ async def test_point_9_crash_during_recovery_of_an_adopted_first_step(lab: Crash
     chat = only_chat(lab, wf)
     await sim.wait_for_status(chat.id, "waiting")  # the orphan's first turn finished
 
-    sim.faults.hold("interrupt", "before", chat_id=chat.id)
+    sim.faults.hold("get_messages", "before", chat_id=chat.id)
     second = await lab.start(workflow_id=wf, prompts=PROMPTS)
-    held = await lab.held(sim.faults.wait_held("interrupt", timeout=90), second, "held")
+    held = await lab.held(sim.faults.wait_held("get_messages", timeout=90), second, "held")
     workflow, record, _ = await stored(lab, wf)
     assert workflow is not None and workflow.chat_id == str(chat.id)  # adopted
     assert record is None or record.journal is None
@@ -360,12 +371,14 @@ async def test_point_9_crash_during_recovery_of_an_adopted_first_step(lab: Crash
     await check_invariants(lab, results, Expect(wf, PROMPTS, verdicts={1: "recovered", 2: "ran"}))
 
 
-async def test_point_9_crash_during_a_cut_short_recovery(lab: CrashLab) -> None:
-    """The crash hit a tool step before its ledger write (the tool never ran); recovery
-    journals ``cut-short``, interrupts the pause, and dies right after the interrupt
-    landed. The third run honours the journaled verdict (re-driving the interrupt) and
-    resubmits; the effect then runs exactly once, under the new call."""
-    sim, wf = lab.sim, "wf-crash-9-cut-short"
+async def test_point_9_crash_while_recovery_runs_a_call_that_never_started(
+    lab: CrashLab,
+) -> None:
+    """The crash hit a tool step before its ledger write (the tool never ran). Recovery
+    journals ``resumed`` and runs the call itself, under its own key, and dies with the
+    charge applied but not recorded. The third run re-drives the committing entry with
+    the same key: the card is charged once and the step is recovered, never resent."""
+    sim, wf = lab.sim, "wf-crash-9-unstarted"
     prompts = tool_prompts(2)
     sim.faults.withhold_action_required()  # the process learns of the pause only via REST
     first = await lab.start(workflow_id=wf, prompts=prompts, tools=[CHARGE_CARD], reruns=2)
@@ -382,23 +395,23 @@ async def test_point_9_crash_during_a_cut_short_recovery(lab: CrashLab) -> None:
     _, _, entries = await stored(lab, wf)
     assert entries == []  # the tool never started
 
-    sim.faults.hold("interrupt", "after", chat_id=chat.id)
+    lab.payments.hold("after")
     second = await lab.start(workflow_id=wf, prompts=prompts, tools=[CHARGE_CARD])
-    held = await lab.held(sim.faults.wait_held("interrupt", timeout=90), second, "held")
-    _, record, _ = await stored(lab, wf)
+    charge = await lab.held(lab.payments.wait_held(timeout=90), second, "charge held")
+    _, record, entries = await stored(lab, wf)
     assert record is not None and record.journal is not None
-    assert (record.journal.state, record.journal.marker) == ("cut-short", step_marker(wf, 2))
+    assert (record.journal.state, record.journal.marker) == ("resumed", step_marker(wf, 2))
+    assert [e.state for e in entries] == ["committing"]
     await lab.crash(second)
-    sim.faults.decide(held.id, "release")
+    lab.payments.decide(charge.id, "release")
 
     third = await lab.start(workflow_id=wf, prompts=prompts, tools=[CHARGE_CARD])
     results = await lab.finish(third)
-    assert "honoured the journaled verdict 'cut-short'" in third.output()
     await check_invariants(
-        lab,
-        results,
-        Expect(wf, prompts, attempts={2: 2}, charges=1, verdicts={1: "ran", 2: "resubmitted"}),
+        lab, results, Expect(wf, prompts, charges=1, verdicts={1: "cached", 2: "recovered"})
     )
+    key = entries[0].idempotency_key
+    assert lab.payments.applied == {key: 1} and lab.payments.requests == {key: 2}
 
 
 async def test_tool_deadline_passed_before_recovery(lab: CrashLab) -> None:
@@ -459,7 +472,7 @@ async def test_point_10_send_lands_after_the_process_died(lab: CrashLab) -> None
     await check_invariants(
         lab,
         results,
-        Expect(wf, PROMPTS, attempts={2: 2}, late_step=2, verdicts={1: "ran", 2: "resubmitted"}),
+        Expect(wf, PROMPTS, attempts={2: 2}, late_step=2, verdicts={1: "cached", 2: "resubmitted"}),
     )
     resubmitted, late = attempts_of(sim.messages(chat.id), marker)
     # The one honest exception: a duplicate marker in history, the late send after the
