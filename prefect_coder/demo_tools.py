@@ -6,7 +6,7 @@ import httpx
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from coder_chat.durable.tools import durable_tool
+from coder_chat.durable import durable_tool
 
 
 class PaymentsSettings(BaseSettings):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel
 
-from coder_chat.durable.tools import durable_tool
+from coder_chat.durable import durable_tool
 
 #: Effects applied, per idempotency key (an in-process stand-in for a payments service).
 CHARGES: dict[str, int] = {}

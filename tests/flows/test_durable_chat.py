@@ -69,6 +69,7 @@ async def test_a_rerun_of_the_same_workflow_skips_finished_steps(
     messages = len(sim.messages(first[0].chat_id))
     again = await durable_chat(workflow_id="wf-flow-2", prompts=prompts, archive_at_end=False)
     assert [r.text for r in again] == [r.text for r in first]
+    assert [r.verdict for r in again] == ["cached", "cached"]  # Prefect's cache answered
     assert len(sim.messages(first[0].chat_id)) == messages  # nothing was sent again
 
 

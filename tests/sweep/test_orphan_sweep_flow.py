@@ -9,8 +9,10 @@ import pytest
 from prefect.client.orchestration import get_client
 
 from coder_chat.durable.markers import chat_labels
+from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
+from flows.durable_chat import durable_chat
 from flows.orphan_sweep import orphan_sweep
 from tests.simulator.wire import Wire
 
@@ -54,3 +56,31 @@ async def test_stranded_workflows_outside_a_deployment_are_reported_not_relaunch
     await store.close()
     summary = await orphan_sweep(target_deployment="nightly", stale_heartbeat_seconds=0)
     assert summary["stranded"] == 1 and summary["relaunched"] == 0
+
+
+async def test_a_workflow_whose_run_failed_is_never_relaunched(
+    sim: Simulator, coder_env: Path
+) -> None:
+    """Its failure hook could not mark it (the store still says running, the heartbeat
+    went quiet): the sweep reads the run's Failed state, marks it failed itself, and
+    relaunches nothing. A failed run would only fail again."""
+    state = await durable_chat(
+        workflow_id="wf-failed-run",
+        prompts=["x"],
+        tools=["tests.flows.no_such_module:tool"],
+        return_state=True,
+    )
+    assert state.is_failed()
+    tenant = str(sim.organization_id)
+    store = SqliteStore(coder_env)
+    ended = await store.get_workflow(tenant, "wf-failed-run")
+    assert ended is not None and ended.state == WorkflowState.FAILED  # the hook's work
+    flow_run_id = str(state.state_details.flow_run_id)
+    await store.begin_run(tenant, "wf-failed-run", deployment="local", flow_run_id=flow_run_id)
+    await store.close()
+    summary = await orphan_sweep(target_deployment="local", stale_heartbeat_seconds=0)
+    assert summary["stranded"] == 0 and summary["relaunched"] == 0
+    store = SqliteStore(coder_env)
+    after = await store.get_workflow(tenant, "wf-failed-run")
+    await store.close()
+    assert after is not None and after.state == WorkflowState.FAILED
