@@ -462,7 +462,7 @@ class PostgresStore(BaseStore):
         except _FOREIGN:
             # Ask the connection itself, before it goes back to the pool: a dropped one
             # often surfaces as "connection is closed" from the rollback, hiding the cause.
-            attempt.lost = conn.is_closed()
+            attempt.lost = _is_closed(conn)
             raise
         finally:
             # Releasing resets the connection; if it died after COMMIT, that fails, and
@@ -532,6 +532,13 @@ class _Attempt:
     def stale(self, exc: BaseException) -> bool:
         """A pooled connection that was dead before anything ran: safe to try again."""
         return self.conn is not None and not self.began and (self.lost or _connection_gone(exc))
+
+
+def _is_closed(conn: Conn) -> bool:
+    try:
+        return conn.is_closed()
+    except pgexc.InterfaceError:  # closed under us: asyncpg already took it back to the pool
+        return True
 
 
 def _connection_gone(exc: BaseException) -> bool:
