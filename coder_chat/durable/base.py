@@ -36,6 +36,7 @@ from .store import FencedOut
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
+R = TypeVar("R", WorkflowRecord, ChatRecord, LedgerEntry)
 
 #: How a read locks its row until the transaction ends: ``update`` (exclusive: this
 #: transaction writes the row), ``share`` (the row must not change under us), or not.
@@ -353,8 +354,6 @@ class BaseStore(ABC):
 
 
 # -- the rules ----------------------------------------------------------------------------
-
-R = TypeVar("R", WorkflowRecord, ChatRecord, LedgerEntry)
 
 
 async def _fenced(tx: Transaction, fence: Fence, *, lock: Lock) -> WorkflowRecord:
