@@ -1,8 +1,10 @@
 """``PostgresStore``: the durable store in PostgreSQL, through asyncpg.
 
-It behaves like :class:`~coder_chat.durable.sqlite.SqliteStore` (same records,
-same fencing, same orderings) and lives in its own Postgres schema
-(``prefect_coder`` unless told otherwise), so it can share a database.
+It behaves like :class:`~coder_chat.durable.sqlite.SqliteStore`: the domain rules
+(fencing, epochs, the ledger, finished steps) are :class:`~.base.BaseStore`'s, and
+this module holds the SQL, the pools, the transactions and the migrations. The
+store lives in its own Postgres schema (``prefect_coder`` unless told otherwise),
+so it can share a database.
 
 - **One pool per event loop.** Prefect runs tasks on several loops; an asyncpg
   connection belongs to the loop that opened it. The store keeps a pool per
@@ -17,6 +19,11 @@ same fencing, same orderings) and lives in its own Postgres schema
   ``FOR UPDATE`` (writes to the row itself) or ``FOR SHARE`` (chat and ledger
   writes) inside its own transaction, so the epoch it checked cannot change
   before it commits.
+- **A server restart costs no error**: when an operation's pooled connection turns
+  out dead before its transaction did anything (``BEGIN``, or a read's one
+  statement, fails with a connection error), the pool's connections are expired
+  and the operation runs once more on a fresh one. Nothing else is retried here;
+  callers retry on ``CoderStoreError.retryable``.
 - **Errors** are :class:`~coder_chat.errors.CoderStoreError`, retryable for
   connection problems, serialization failures and deadlocks. They name host,
   port, database and schema, and never the password.
@@ -31,8 +38,8 @@ import asyncio
 import hashlib
 import re
 import threading
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from contextlib import asynccontextmanager, suppress
+from collections.abc import AsyncGenerator, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NoReturn, TypeAlias, TypeVar
@@ -41,21 +48,13 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 import asyncpg
 from asyncpg import exceptions as pgexc
 from asyncpg.pool import PoolConnectionProxy
-from pydantic import BaseModel, ValidationError
 
 from ..errors import CoderConfigError, CoderStoreError
-from .records import (
-    ChatRecord,
-    Fence,
-    JournalEntry,
-    LedgerEntry,
-    WorkflowRecord,
-    WorkflowState,
-    utcnow,
-)
-from .store import SCHEMA_VERSION, FencedOut
+from .base import BaseStore, Lock, Op, parse_row
+from .records import ChatRecord, LedgerEntry, StepRecord, WorkflowRecord, WorkflowState
+from .store import SCHEMA_VERSION
 
-M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 Pool: TypeAlias = "asyncpg.Pool[asyncpg.Record]"
 Conn: TypeAlias = "PoolConnectionProxy[asyncpg.Record]"
 
@@ -94,6 +93,20 @@ CREATE TABLE {s}.ledger (
 );
 CREATE INDEX ledger_by_chat ON {s}.ledger (tenant, chat_id, seq);
 """,
+    # The store id is a uuid4 hex made here, inside the migration, so every process
+    # sees the one id and two stores never share one (gen_random_uuid: Postgres 13+).
+    2: """
+CREATE TABLE {s}.steps (
+    tenant TEXT COLLATE "C" NOT NULL,
+    workflow_id TEXT COLLATE "C" NOT NULL,
+    step BIGINT NOT NULL,
+    chat_id TEXT COLLATE "C" NOT NULL,
+    body JSONB NOT NULL,
+    PRIMARY KEY (tenant, workflow_id, step)
+);
+CREATE TABLE {s}.meta (key TEXT COLLATE "C" PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO {s}.meta (key, value) VALUES ('store_id', replace(gen_random_uuid()::text, '-', ''));
+""",
 }
 assert max(MIGRATIONS) == SCHEMA_VERSION, "every schema version needs its migration"
 
@@ -102,6 +115,8 @@ _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _RETRYABLE_SQLSTATES = frozenset(
     {"40001", "40P01", "55P03", "53300", "53400", "57P01", "57P02", "57P03", "57014"}
 )
+#: SQLSTATEs of a server that went away under the connection (shutdown, crash, restart).
+_GONE_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
 _FOREIGN: tuple[type[BaseException], ...] = (
     pgexc.PostgresError,
     pgexc.InterfaceError,
@@ -235,7 +250,7 @@ def _abandon(entry: _LoopPool) -> None:
         closer.close()
 
 
-class PostgresStore:
+class PostgresStore(BaseStore):
     """The durable store in Postgres. Create it, use it from any loop, ``await close()``."""
 
     def __init__(
@@ -258,6 +273,7 @@ class PostgresStore:
                 f"pool sizes need 0 <= min_size <= max_size and max_size >= 1 "
                 f"(got {min_size}, {max_size})"
             )
+        super().__init__()
         self._target = _target(dsn)
         self._dsn = dsn
         self.schema = schema
@@ -414,252 +430,45 @@ class PostgresStore:
                 await conn.execute(MIGRATIONS[version].format(s=s))
                 await conn.execute(f"INSERT INTO {s}.migrations (version) VALUES ($1)", version)
 
-    @asynccontextmanager
-    async def _transaction(self, doing: str) -> AsyncIterator[Conn]:
-        """One transaction, committed on exit: one durable write."""
-        pool = await self._pool()
+    # -- transactions -------------------------------------------------------------------
+    async def _transact(self, doing: str, op: Op[T], *, write: bool) -> T:
+        retried = False
+        while True:
+            pool = await self._pool()
+            attempt = _Attempt()
+            try:
+                return await self._attempt(pool, op, attempt, write=write)
+            except _FOREIGN as exc:
+                if not retried and attempt.stale(exc):
+                    # The pooled connection died before this operation did anything (a
+                    # server restart): nothing happened, so once more on a fresh one.
+                    # Its pool-mates most likely died with it: replace them all.
+                    retried = True
+                    with suppress(*_FOREIGN):
+                        await pool.expire_connections()
+                    continue
+                self._raise(exc, doing, lost=attempt.lost)
+
+    async def _attempt(self, pool: Pool, op: Op[T], attempt: _Attempt, *, write: bool) -> T:
+        conn: Conn = await pool.acquire()
+        attempt.conn = conn
         try:
-            async with pool.acquire() as conn:
-                try:
-                    async with conn.transaction():
-                        yield conn
-                except _FOREIGN as exc:
-                    # A dropped connection often surfaces as "connection is closed" from the
-                    # rollback, hiding the real cause: ask the connection itself.
-                    self._raise(exc, doing, lost=conn.is_closed())
-        except _FOREIGN as exc:
-            self._raise(exc, doing)
-
-    async def _fetch(self, doing: str, sql: str, *args: Any) -> list[asyncpg.Record]:
-        pool = await self._pool()
-        try:
-            return await pool.fetch(sql, *args)
-        except _FOREIGN as exc:
-            self._raise(exc, doing)
-
-    async def _fetch_body(self, doing: str, sql: str, *args: Any) -> str | None:
-        rows = await self._fetch(doing, sql, *args)
-        return None if not rows else str(rows[0]["body"])
-
-    async def _fenced(self, conn: Conn, fence: Fence, *, exclusive: bool) -> WorkflowRecord:
-        sql = self._sql.workflow_for_update if exclusive else self._sql.workflow_for_share
-        body = await conn.fetchval(sql, fence.tenant, fence.workflow_id)
-        current = None if body is None else _parse(WorkflowRecord, body, "workflows")
-        if current is None or current.epoch != fence.epoch:
-            raise FencedOut(fence, current.epoch if current else None)
-        return current
-
-    # -- workflows --------------------------------------------------------------------------
-    async def begin_run(
-        self,
-        tenant: str,
-        workflow_id: str,
-        *,
-        deployment: str = "local",
-        flow_run_id: str | None = None,
-    ) -> Fence:
-        def next_run(base: WorkflowRecord) -> WorkflowRecord:
-            now = utcnow()
-            return base.model_copy(
-                update={
-                    "epoch": base.epoch + 1,
-                    "state": WorkflowState.RUNNING,
-                    "deployment": deployment,
-                    "flow_run_id": flow_run_id,
-                    "heartbeat_at": now,
-                    "updated_at": now,
-                }
-            )
-
-        async with self._transaction("begin_run") as conn:
-            body = await conn.fetchval(self._sql.workflow_for_update, tenant, workflow_id)
-            if body is None:
-                record = next_run(WorkflowRecord(tenant=tenant, workflow_id=workflow_id))
-                if await conn.fetchval(self._sql.workflow_insert, *_workflow_row(record)):
-                    return Fence(tenant=tenant, workflow_id=workflow_id, epoch=record.epoch)
-                # A racing begin_run created it first (and has committed): take the next epoch.
-                body = await conn.fetchval(self._sql.workflow_for_update, tenant, workflow_id)
-            record = next_run(_parse(WorkflowRecord, body, "workflows"))
-            await conn.execute(self._sql.workflow_update, *_workflow_row(record))
-        return Fence(tenant=tenant, workflow_id=workflow_id, epoch=record.epoch)
-
-    async def get_workflow(self, tenant: str, workflow_id: str) -> WorkflowRecord | None:
-        body = await self._fetch_body("get_workflow", self._sql.workflow, tenant, workflow_id)
-        return None if body is None else _parse(WorkflowRecord, body, "workflows")
-
-    async def _update_workflow(self, fence: Fence, changes: dict[str, Any], doing: str) -> None:
-        async with self._transaction(doing) as conn:
-            current = await self._fenced(conn, fence, exclusive=True)
-            record = current.model_copy(update={**changes, "updated_at": utcnow()})
-            await conn.execute(self._sql.workflow_update, *_workflow_row(record))
-
-    async def save_checkpoint(
-        self, fence: Fence, chat_id: str, last_seen_message_id: int | None
-    ) -> None:
-        await self._update_workflow(
-            fence,
-            {"chat_id": chat_id, "last_seen_message_id": last_seen_message_id},
-            "save_checkpoint",
-        )
-
-    async def clear_checkpoint(self, fence: Fence) -> None:
-        await self._update_workflow(
-            fence, {"chat_id": None, "last_seen_message_id": None}, "clear_checkpoint"
-        )
-
-    async def heartbeat(self, fence: Fence) -> None:
-        await self._update_workflow(fence, {"heartbeat_at": utcnow()}, "heartbeat")
-
-    async def finish(self, fence: Fence, state: WorkflowState) -> None:
-        await self._update_workflow(fence, {"state": state}, "finish")
-
-    async def list_workflows(
-        self,
-        tenant: str,
-        *,
-        deployment: str | None = None,
-        states: Sequence[WorkflowState] | None = None,
-        stale_before: datetime | None = None,
-    ) -> list[WorkflowRecord]:
-        sql = f"SELECT body FROM {self._sql.s}.workflows WHERE tenant = $1"
-        args: list[Any] = [tenant]
-        if deployment is not None:
-            args.append(deployment)
-            sql += f" AND deployment = ${len(args)}"
-        if states:
-            args.append([str(s) for s in states])
-            sql += f" AND state = ANY(${len(args)}::text[])"
-        if stale_before is not None:
-            args.append(stale_before.astimezone(UTC))
-            sql += f" AND heartbeat_at < ${len(args)}"
-        rows = await self._fetch("list_workflows", sql + " ORDER BY workflow_id", *args)
-        return [_parse(WorkflowRecord, row["body"], "workflows") for row in rows]
-
-    # -- chats ------------------------------------------------------------------------------
-    async def get_chat(self, tenant: str, chat_id: str) -> ChatRecord | None:
-        body = await self._fetch_body("get_chat", self._sql.chat, tenant, chat_id)
-        return None if body is None else _parse(ChatRecord, body, "chats")
-
-    async def _update_chat(
-        self, fence: Fence, chat_id: str, changes: dict[str, Any], doing: str
-    ) -> None:
-        async with self._transaction(doing) as conn:
-            await self._fenced(conn, fence, exclusive=False)
-            for _ in range(2):
-                body = await conn.fetchval(self._sql.chat_for_update, fence.tenant, chat_id)
-                current = (
-                    ChatRecord(tenant=fence.tenant, chat_id=chat_id, workflow_id=fence.workflow_id)
-                    if body is None
-                    else _parse(ChatRecord, body, "chats")
-                )
-                record = current.model_copy(update={**changes, "updated_at": utcnow()})
-                row = (
-                    record.tenant,
-                    record.chat_id,
-                    record.workflow_id,
-                    record.discarded,
-                    record.model_dump_json(),
-                )
-                if body is not None:
-                    await conn.execute(self._sql.chat_update, *row)
-                    return
-                if await conn.fetchval(self._sql.chat_insert, *row):
-                    return
-                # A racing writer created the chat first (and has committed): update it.
-            raise CoderStoreError(f"Postgres store at {self.where}: chat {chat_id} vanished")
-
-    async def write_journal(self, fence: Fence, chat_id: str, entry: JournalEntry) -> None:
-        await self._update_chat(fence, chat_id, {"journal": entry}, "write_journal")
-
-    async def mark_discarded(self, fence: Fence, chat_id: str) -> None:
-        await self._update_chat(fence, chat_id, {"discarded": True}, "mark_discarded")
-
-    async def list_chats(self, tenant: str, *, discarded: bool | None = None) -> list[ChatRecord]:
-        sql = f"SELECT body FROM {self._sql.s}.chats WHERE tenant = $1"
-        args: list[Any] = [tenant]
-        if discarded is not None:
-            args.append(discarded)
-            sql += " AND discarded = $2"
-        rows = await self._fetch("list_chats", sql + " ORDER BY chat_id", *args)
-        return [_parse(ChatRecord, row["body"], "chats") for row in rows]
-
-    # -- ledger -----------------------------------------------------------------------------
-    async def claim_tool(
-        self,
-        fence: Fence,
-        chat_id: str,
-        tool_call_id: str,
-        *,
-        tool_name: str,
-        marker: str = "",
-        args_digest: str = "",
-    ) -> tuple[bool, LedgerEntry]:
-        entry = LedgerEntry(
-            tenant=fence.tenant,
-            chat_id=chat_id,
-            tool_call_id=tool_call_id,
-            tool_name=tool_name,
-            marker=marker,
-            args_digest=args_digest,
-        )
-        async with self._transaction("claim_tool") as conn:
-            await self._fenced(conn, fence, exclusive=False)
-            won = await conn.fetchval(
-                self._sql.ledger_claim,
-                fence.tenant,
-                chat_id,
-                tool_call_id,
-                entry.state,
-                entry.model_dump_json(),
-            )
-            if won:
-                return True, entry
-            body = await conn.fetchval(self._sql.ledger, fence.tenant, chat_id, tool_call_id)
-        if body is None:
-            raise CoderStoreError(
-                f"Postgres store at {self.where}: ledger entry {tool_call_id} of chat "
-                f"{chat_id} conflicted but cannot be read"
-            )
-        return False, _parse(LedgerEntry, body, "ledger")
-
-    async def complete_tool(
-        self, fence: Fence, chat_id: str, tool_call_id: str, *, output: Any, is_error: bool = False
-    ) -> LedgerEntry:
-        async with self._transaction("complete_tool") as conn:
-            await self._fenced(conn, fence, exclusive=False)
-            body = await conn.fetchval(
-                self._sql.ledger_for_update, fence.tenant, chat_id, tool_call_id
-            )
-            if body is None:
-                raise CoderStoreError(
-                    f"no ledger entry for tool call {tool_call_id} of chat {chat_id}"
-                )
-            current = _parse(LedgerEntry, body, "ledger")
-            done = current.model_copy(
-                update={
-                    "state": "done",
-                    "output": output,
-                    "is_error": is_error,
-                    "updated_at": utcnow(),
-                }
-            )
-            await conn.execute(
-                self._sql.ledger_update,
-                fence.tenant,
-                chat_id,
-                tool_call_id,
-                "done",
-                done.model_dump_json(),
-            )
-        return done
-
-    async def get_tool(self, tenant: str, chat_id: str, tool_call_id: str) -> LedgerEntry | None:
-        body = await self._fetch_body("get_tool", self._sql.ledger, tenant, chat_id, tool_call_id)
-        return None if body is None else _parse(LedgerEntry, body, "ledger")
-
-    async def list_tools(self, tenant: str, chat_id: str) -> list[LedgerEntry]:
-        rows = await self._fetch("list_tools", self._sql.ledger_list, tenant, chat_id)
-        return [_parse(LedgerEntry, row["body"], "ledger") for row in rows]
+            tx = _PgTransaction(conn, self._sql, attempt)
+            if not write:
+                return await op(tx)
+            async with conn.transaction():
+                attempt.began = True
+                return await op(tx)
+        except _FOREIGN:
+            # Ask the connection itself, before it goes back to the pool: a dropped one
+            # often surfaces as "connection is closed" from the rollback, hiding the cause.
+            attempt.lost = _is_closed(conn)
+            raise
+        finally:
+            # Releasing resets the connection; if it died after COMMIT, that fails, and
+            # must not turn a committed write into an error (asyncpg drops it anyway).
+            with suppress(*_FOREIGN):
+                await pool.release(conn)
 
     async def close(self) -> None:
         """Close every pool: this loop's here, others' on their loops. Safe to repeat."""
@@ -710,14 +519,149 @@ def _retryable(exc: BaseException) -> bool:
     return False
 
 
-def _parse(model: type[M], body: Any, table: str) -> M:
+@dataclass
+class _Attempt:
+    """One try of an operation: its connection, and whether anything ran on it yet."""
+
+    conn: Conn | None = None
+    #: BEGIN was answered (a write), or a statement was (a read).
+    began: bool = False
+    #: The connection died under the operation: trying again may succeed.
+    lost: bool = False
+
+    def stale(self, exc: BaseException) -> bool:
+        """A pooled connection that was dead before anything ran: safe to try again."""
+        return self.conn is not None and not self.began and (self.lost or _connection_gone(exc))
+
+
+def _is_closed(conn: Conn) -> bool:
     try:
-        return model.model_validate_json(body)
-    except (ValidationError, TypeError) as exc:
-        count = exc.error_count() if isinstance(exc, ValidationError) else 1
-        raise CoderStoreError(
-            f"malformed row in {table}: {count} problem(s): {str(body)[:200]!r}"
-        ) from None
+        return conn.is_closed()
+    except pgexc.InterfaceError:  # closed under us: asyncpg already took it back to the pool
+        return True
+
+
+def _connection_gone(exc: BaseException) -> bool:
+    if isinstance(exc, OSError | pgexc.ConnectionDoesNotExistError):
+        return True
+    state = str(getattr(exc, "sqlstate", "") or "")
+    return state.startswith("08") or state in _GONE_SQLSTATES
+
+
+_LOCKS: dict[Lock, str] = {None: "", "share": " FOR SHARE", "update": " FOR UPDATE"}
+
+
+class _PgTransaction:
+    """The store's rows over one pooled connection (in a transaction, for a write)."""
+
+    def __init__(self, conn: Conn, sql: _Statements, attempt: _Attempt) -> None:
+        self._conn = conn
+        self._sql = sql
+        self._attempt = attempt
+
+    async def _value(self, sql: str, *args: Any) -> Any:
+        value = await self._conn.fetchval(sql, *args)
+        self._attempt.began = True
+        return value
+
+    async def _bodies(self, sql: str, *args: Any) -> list[Any]:
+        rows = await self._conn.fetch(sql, *args)
+        self._attempt.began = True
+        return [row["body"] for row in rows]
+
+    async def store_id(self) -> str | None:
+        value = await self._value(self._sql.store_id)
+        return None if value is None else str(value)
+
+    # -- workflows
+    async def workflow(
+        self, tenant: str, workflow_id: str, *, lock: Lock = None
+    ) -> WorkflowRecord | None:
+        body = await self._value(self._sql.workflow + _LOCKS[lock], tenant, workflow_id)
+        return None if body is None else parse_row(WorkflowRecord, body, "workflows")
+
+    async def insert_workflow(self, record: WorkflowRecord) -> bool:
+        return bool(await self._value(self._sql.workflow_insert, *_workflow_row(record)))
+
+    async def update_workflow(self, record: WorkflowRecord) -> None:
+        await self._value(self._sql.workflow_update, *_workflow_row(record))
+
+    async def workflows(
+        self,
+        tenant: str,
+        deployment: str | None,
+        states: Sequence[WorkflowState],
+        stale_before: datetime | None,
+    ) -> list[WorkflowRecord]:
+        sql = f"SELECT body FROM {self._sql.s}.workflows WHERE tenant = $1"
+        args: list[Any] = [tenant]
+        if deployment is not None:
+            args.append(deployment)
+            sql += f" AND deployment = ${len(args)}"
+        if states:
+            args.append([str(s) for s in states])
+            sql += f" AND state = ANY(${len(args)}::text[])"
+        if stale_before is not None:
+            args.append(stale_before.astimezone(UTC))
+            sql += f" AND heartbeat_at < ${len(args)}"
+        bodies = await self._bodies(sql + " ORDER BY workflow_id", *args)
+        return [parse_row(WorkflowRecord, body, "workflows") for body in bodies]
+
+    # -- chats
+    async def chat(self, tenant: str, chat_id: str, *, lock: Lock = None) -> ChatRecord | None:
+        body = await self._value(self._sql.chat + _LOCKS[lock], tenant, chat_id)
+        return None if body is None else parse_row(ChatRecord, body, "chats")
+
+    async def insert_chat(self, record: ChatRecord) -> bool:
+        return bool(await self._value(self._sql.chat_insert, *_chat_row(record)))
+
+    async def update_chat(self, record: ChatRecord) -> None:
+        await self._value(self._sql.chat_update, *_chat_row(record))
+
+    async def chats(self, tenant: str, discarded: bool | None) -> list[ChatRecord]:
+        sql = f"SELECT body FROM {self._sql.s}.chats WHERE tenant = $1"
+        args: list[Any] = [tenant]
+        if discarded is not None:
+            args.append(discarded)
+            sql += " AND discarded = $2"
+        bodies = await self._bodies(sql + " ORDER BY chat_id", *args)
+        return [parse_row(ChatRecord, body, "chats") for body in bodies]
+
+    # -- the ledger
+    async def tool(
+        self, tenant: str, chat_id: str, tool_call_id: str, *, lock: Lock = None
+    ) -> LedgerEntry | None:
+        body = await self._value(self._sql.ledger + _LOCKS[lock], tenant, chat_id, tool_call_id)
+        return None if body is None else parse_row(LedgerEntry, body, "ledger")
+
+    async def insert_tool(self, entry: LedgerEntry) -> bool:
+        return bool(await self._value(self._sql.ledger_insert, *_ledger_row(entry)))
+
+    async def update_tool(self, entry: LedgerEntry) -> None:
+        await self._value(self._sql.ledger_update, *_ledger_row(entry))
+
+    async def tools(self, tenant: str, chat_id: str) -> list[LedgerEntry]:
+        bodies = await self._bodies(self._sql.ledger_list, tenant, chat_id)
+        return [parse_row(LedgerEntry, body, "ledger") for body in bodies]
+
+    # -- finished steps
+    async def step(self, tenant: str, workflow_id: str, step: int) -> StepRecord | None:
+        body = await self._value(self._sql.step, tenant, workflow_id, step)
+        return None if body is None else parse_row(StepRecord, body, "steps")
+
+    async def put_step(self, record: StepRecord) -> None:
+        await self._value(
+            self._sql.step_put,
+            record.tenant,
+            record.workflow_id,
+            record.step,
+            record.chat_id,
+            record.model_dump_json(),
+        )
+
+    async def steps(self, tenant: str, workflow_id: str) -> list[StepRecord]:
+        bodies = await self._bodies(self._sql.step_list, tenant, workflow_id)
+        return [parse_row(StepRecord, body, "steps") for body in bodies]
 
 
 def _workflow_row(record: WorkflowRecord) -> tuple[Any, ...]:
@@ -733,15 +677,27 @@ def _workflow_row(record: WorkflowRecord) -> tuple[Any, ...]:
     )
 
 
+def _chat_row(record: ChatRecord) -> tuple[Any, ...]:
+    return (
+        record.tenant,
+        record.chat_id,
+        record.workflow_id,
+        record.discarded,
+        record.model_dump_json(),
+    )
+
+
+def _ledger_row(entry: LedgerEntry) -> tuple[Any, ...]:
+    return (entry.tenant, entry.chat_id, entry.tool_call_id, entry.state, entry.model_dump_json())
+
+
 class _Statements:
     """The store's SQL, qualified with its schema; values only ever as ``$n``."""
 
     def __init__(self, s: str) -> None:
         self.s = s
-        wf = f"SELECT body FROM {s}.workflows WHERE tenant = $1 AND workflow_id = $2"
-        self.workflow = wf
-        self.workflow_for_update = wf + " FOR UPDATE"
-        self.workflow_for_share = wf + " FOR SHARE"
+        self.store_id = f"SELECT value FROM {s}.meta WHERE key = 'store_id'"
+        self.workflow = f"SELECT body FROM {s}.workflows WHERE tenant = $1 AND workflow_id = $2"
         self.workflow_insert = (
             f"INSERT INTO {s}.workflows "
             "(tenant, workflow_id, epoch, state, deployment, heartbeat_at, body) "
@@ -752,9 +708,7 @@ class _Statements:
             f"UPDATE {s}.workflows SET epoch = $3, state = $4, deployment = $5, "
             "heartbeat_at = $6, body = $7 WHERE tenant = $1 AND workflow_id = $2"
         )
-        chat = f"SELECT body FROM {s}.chats WHERE tenant = $1 AND chat_id = $2"
-        self.chat = chat
-        self.chat_for_update = chat + " FOR UPDATE"
+        self.chat = f"SELECT body FROM {s}.chats WHERE tenant = $1 AND chat_id = $2"
         self.chat_insert = (
             f"INSERT INTO {s}.chats (tenant, chat_id, workflow_id, discarded, body) "
             "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, chat_id) DO NOTHING RETURNING true"
@@ -763,12 +717,10 @@ class _Statements:
             f"UPDATE {s}.chats SET workflow_id = $3, discarded = $4, body = $5 "
             "WHERE tenant = $1 AND chat_id = $2"
         )
-        ledger = (
+        self.ledger = (
             f"SELECT body FROM {s}.ledger WHERE tenant = $1 AND chat_id = $2 AND tool_call_id = $3"
         )
-        self.ledger = ledger
-        self.ledger_for_update = ledger + " FOR UPDATE"
-        self.ledger_claim = (
+        self.ledger_insert = (
             f"INSERT INTO {s}.ledger (tenant, chat_id, tool_call_id, state, body) "
             "VALUES ($1, $2, $3, $4, $5) "
             "ON CONFLICT (tenant, chat_id, tool_call_id) DO NOTHING RETURNING true"
@@ -779,4 +731,15 @@ class _Statements:
         )
         self.ledger_list = (
             f"SELECT body FROM {s}.ledger WHERE tenant = $1 AND chat_id = $2 ORDER BY seq"
+        )
+        self.step = (
+            f"SELECT body FROM {s}.steps WHERE tenant = $1 AND workflow_id = $2 AND step = $3"
+        )
+        self.step_put = (
+            f"INSERT INTO {s}.steps (tenant, workflow_id, step, chat_id, body) "
+            "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, workflow_id, step) "
+            "DO UPDATE SET chat_id = EXCLUDED.chat_id, body = EXCLUDED.body"
+        )
+        self.step_list = (
+            f"SELECT body FROM {s}.steps WHERE tenant = $1 AND workflow_id = $2 ORDER BY step"
         )

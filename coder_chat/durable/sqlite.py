@@ -6,8 +6,14 @@ returns, so a process killed right after a write leaves it on disk. All SQLite
 work happens on one dedicated thread per store, so the event loop never blocks
 and the store works from any event loop (Prefect runs tasks on several).
 
+The domain rules live in :class:`~.base.BaseStore`; this module holds the SQL.
+An operation's transaction methods are ``async def`` but never suspend, so the
+store's thread runs a whole operation to its end inside one ``BEGIN IMMEDIATE``
+(:func:`run_now`), without an event loop.
+
 A file that is not a SQLite database, or a database some other program owns,
 is refused and left untouched; so is one written by a newer version of us.
+Older versions are migrated in place (:data:`MIGRATIONS`), once, whoever opens first.
 """
 
 from __future__ import annotations
@@ -16,34 +22,29 @@ import asyncio
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
-
 from ..errors import CoderStoreError
-from .records import (
-    ChatRecord,
-    Fence,
-    JournalEntry,
-    LedgerEntry,
-    WorkflowRecord,
-    WorkflowState,
-    utcnow,
-)
-from .store import SCHEMA_VERSION, FencedOut
+from .base import BaseStore, Lock, Op, parse_row
+from .records import ChatRecord, LedgerEntry, StepRecord, WorkflowRecord, WorkflowState
+from .store import SCHEMA_VERSION
 
 T = TypeVar("T")
-M = TypeVar("M", bound=BaseModel)
 
 #: ``PRAGMA application_id`` of our files ("PCOD"), to tell them from foreign ones.
 APPLICATION_ID = 0x50434F44
 BUSY_TIMEOUT_MS = 30_000
 
-_SCHEMA = """
+#: Numbered migrations, applied in one transaction; the highest is SCHEMA_VERSION and
+#: ``PRAGMA user_version`` says which ones a file has. ``:store_id`` is bound to a fresh
+#: uuid4 hex: made inside the migration, so every process opening the file sees one id.
+MIGRATIONS: dict[int, str] = {
+    1: """
 CREATE TABLE IF NOT EXISTS workflows (
     tenant TEXT NOT NULL, workflow_id TEXT NOT NULL, epoch INTEGER NOT NULL,
     state TEXT NOT NULL, deployment TEXT NOT NULL, heartbeat_at TEXT,
@@ -55,47 +56,57 @@ CREATE TABLE IF NOT EXISTS chats (
 CREATE TABLE IF NOT EXISTS ledger (
     tenant TEXT NOT NULL, chat_id TEXT NOT NULL, tool_call_id TEXT NOT NULL,
     state TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (tenant, chat_id, tool_call_id));
-"""
+""",
+    2: """
+CREATE TABLE steps (
+    tenant TEXT NOT NULL, workflow_id TEXT NOT NULL, step INTEGER NOT NULL,
+    chat_id TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (tenant, workflow_id, step));
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta (key, value) VALUES ('store_id', :store_id);
+""",
+}
+assert max(MIGRATIONS) == SCHEMA_VERSION, "every schema version needs its migration"
 
 
-class SqliteStore:
+class SqliteStore(BaseStore):
     """The durable store in one SQLite file. Create it, use it, ``await close()``."""
 
     def __init__(self, path: str | Path) -> None:
+        super().__init__()
         self.path = Path(path).expanduser()
         self._executor = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="prefect-coder-sqlite"
         )
         self._local = threading.local()
-        self._ready = False
         self._closed = False
 
     def __repr__(self) -> str:
         return f"SqliteStore(path={str(self.path)!r})"
 
-    # -- plumbing -------------------------------------------------------------------
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    # -- transactions, on the store's thread ----------------------------------------------
+    async def _transact(self, doing: str, op: Op[T], *, write: bool) -> T:
         if self._closed:
             raise CoderStoreError(f"{self!r} is closed")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._call, fn)
+        return await loop.run_in_executor(self._executor, self._call, doing, op, write)
 
-    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _call(self, doing: str, op: Op[T], write: bool) -> T:
         conn = self._connection()
         try:
-            return fn(conn)
-        except sqlite3.OperationalError as exc:
-            if conn.in_transaction:
-                conn.rollback()
-            retryable = "locked" in str(exc) or "busy" in str(exc)
-            raise CoderStoreError(f"SQLite store {self.path}: {exc}", retryable=retryable) from exc
+            if not write:
+                return run_now(op(_SqliteTransaction(conn)))
+            conn.execute("BEGIN IMMEDIATE")
+            result = run_now(op(_SqliteTransaction(conn)))
+            conn.execute("COMMIT")
+            return result
         except sqlite3.DatabaseError as exc:
-            if conn.in_transaction:
-                conn.rollback()
-            raise CoderStoreError(f"SQLite store {self.path}: {exc}") from exc
+            _rollback(conn)
+            retryable = isinstance(exc, sqlite3.OperationalError) and _is_busy(exc)
+            raise CoderStoreError(
+                f"SQLite store {self.path}: {doing} failed: {exc}", retryable=retryable
+            ) from exc
         except BaseException:
-            if conn.in_transaction:
-                conn.rollback()
+            _rollback(conn)
             raise
 
     def _connection(self) -> sqlite3.Connection:
@@ -128,218 +139,12 @@ class SqliteStore:
             raise
         return conn
 
-    @staticmethod
-    def _write(conn: sqlite3.Connection, fn: Callable[[], T]) -> T:
-        conn.execute("BEGIN IMMEDIATE")
-        result = fn()
-        conn.execute("COMMIT")
-        return result
-
-    # -- workflows --------------------------------------------------------------------
-    async def begin_run(
-        self,
-        tenant: str,
-        workflow_id: str,
-        *,
-        deployment: str = "local",
-        flow_run_id: str | None = None,
-    ) -> Fence:
-        def op(conn: sqlite3.Connection) -> Fence:
-            def write() -> Fence:
-                current = _workflow(conn, tenant, workflow_id)
-                now = utcnow()
-                base = current or WorkflowRecord(tenant=tenant, workflow_id=workflow_id)
-                record = base.model_copy(
-                    update={
-                        "epoch": base.epoch + 1,
-                        "state": WorkflowState.RUNNING,
-                        "deployment": deployment,
-                        "flow_run_id": flow_run_id,
-                        "heartbeat_at": now,
-                        "updated_at": now,
-                    }
-                )
-                _put_workflow(conn, record)
-                return Fence(tenant=tenant, workflow_id=workflow_id, epoch=record.epoch)
-
-            return self._write(conn, write)
-
-        return await self._run(op)
-
-    async def get_workflow(self, tenant: str, workflow_id: str) -> WorkflowRecord | None:
-        return await self._run(lambda conn: _workflow(conn, tenant, workflow_id))
-
-    async def _update_workflow(self, fence: Fence, changes: dict[str, Any]) -> None:
-        def op(conn: sqlite3.Connection) -> None:
-            def write() -> None:
-                current = _fenced(conn, fence)
-                _put_workflow(conn, current.model_copy(update={**changes, "updated_at": utcnow()}))
-
-            self._write(conn, write)
-
-        await self._run(op)
-
-    async def save_checkpoint(
-        self, fence: Fence, chat_id: str, last_seen_message_id: int | None
-    ) -> None:
-        await self._update_workflow(
-            fence, {"chat_id": chat_id, "last_seen_message_id": last_seen_message_id}
-        )
-
-    async def clear_checkpoint(self, fence: Fence) -> None:
-        await self._update_workflow(fence, {"chat_id": None, "last_seen_message_id": None})
-
-    async def heartbeat(self, fence: Fence) -> None:
-        await self._update_workflow(fence, {"heartbeat_at": utcnow()})
-
-    async def finish(self, fence: Fence, state: WorkflowState) -> None:
-        await self._update_workflow(fence, {"state": state})
-
-    async def list_workflows(
-        self,
-        tenant: str,
-        *,
-        deployment: str | None = None,
-        states: Sequence[WorkflowState] | None = None,
-        stale_before: datetime | None = None,
-    ) -> list[WorkflowRecord]:
-        sql, args = "SELECT body FROM workflows WHERE tenant = ?", [tenant]
-        if deployment is not None:
-            sql, args = sql + " AND deployment = ?", [*args, deployment]
-        if states:
-            sql += f" AND state IN ({','.join('?' * len(states))})"
-            args += [str(s) for s in states]
-        if stale_before is not None:
-            sql, args = sql + " AND heartbeat_at < ?", [*args, _stamp(stale_before)]
-        sql += " ORDER BY workflow_id"
-        rows = await self._run(lambda conn: conn.execute(sql, args).fetchall())
-        return [_parse(WorkflowRecord, row[0], "workflows") for row in rows]
-
-    # -- chats --------------------------------------------------------------------------
-    async def get_chat(self, tenant: str, chat_id: str) -> ChatRecord | None:
-        return await self._run(lambda conn: _chat(conn, tenant, chat_id))
-
-    async def _update_chat(self, fence: Fence, chat_id: str, changes: dict[str, Any]) -> None:
-        def op(conn: sqlite3.Connection) -> None:
-            def write() -> None:
-                _fenced(conn, fence)
-                current = _chat(conn, fence.tenant, chat_id) or ChatRecord(
-                    tenant=fence.tenant, chat_id=chat_id, workflow_id=fence.workflow_id
-                )
-                record = current.model_copy(update={**changes, "updated_at": utcnow()})
-                conn.execute(
-                    "INSERT OR REPLACE INTO chats (tenant, chat_id, workflow_id, discarded, body) "
-                    "VALUES (?, ?, ?, ?, ?)",
-                    (
-                        record.tenant,
-                        record.chat_id,
-                        record.workflow_id,
-                        int(record.discarded),
-                        record.model_dump_json(),
-                    ),
-                )
-
-            self._write(conn, write)
-
-        await self._run(op)
-
-    async def write_journal(self, fence: Fence, chat_id: str, entry: JournalEntry) -> None:
-        await self._update_chat(fence, chat_id, {"journal": entry})
-
-    async def mark_discarded(self, fence: Fence, chat_id: str) -> None:
-        await self._update_chat(fence, chat_id, {"discarded": True})
-
-    async def list_chats(self, tenant: str, *, discarded: bool | None = None) -> list[ChatRecord]:
-        sql, args = "SELECT body FROM chats WHERE tenant = ?", [tenant]
-        args_list: list[str | int] = list(args)
-        if discarded is not None:
-            sql, args_list = sql + " AND discarded = ?", [*args_list, int(discarded)]
-        rows = await self._run(
-            lambda conn: conn.execute(sql + " ORDER BY chat_id", args_list).fetchall()
-        )
-        return [_parse(ChatRecord, row[0], "chats") for row in rows]
-
-    # -- ledger ---------------------------------------------------------------------------
-    async def claim_tool(
-        self,
-        fence: Fence,
-        chat_id: str,
-        tool_call_id: str,
-        *,
-        tool_name: str,
-        marker: str = "",
-        args_digest: str = "",
-    ) -> tuple[bool, LedgerEntry]:
-        entry = LedgerEntry(
-            tenant=fence.tenant,
-            chat_id=chat_id,
-            tool_call_id=tool_call_id,
-            tool_name=tool_name,
-            marker=marker,
-            args_digest=args_digest,
-        )
-
-        def op(conn: sqlite3.Connection) -> tuple[bool, LedgerEntry]:
-            def write() -> tuple[bool, LedgerEntry]:
-                _fenced(conn, fence)
-                cursor = conn.execute(
-                    "INSERT INTO ledger (tenant, chat_id, tool_call_id, state, body) VALUES (?, ?, ?, ?, ?) "
-                    "ON CONFLICT (tenant, chat_id, tool_call_id) DO NOTHING",
-                    (entry.tenant, chat_id, tool_call_id, entry.state, entry.model_dump_json()),
-                )
-                if cursor.rowcount == 1:
-                    return True, entry
-                existing = _ledger(conn, fence.tenant, chat_id, tool_call_id)
-                assert existing is not None
-                return False, existing
-
-            return self._write(conn, write)
-
-        return await self._run(op)
-
-    async def complete_tool(
-        self, fence: Fence, chat_id: str, tool_call_id: str, *, output: Any, is_error: bool = False
-    ) -> LedgerEntry:
-        def op(conn: sqlite3.Connection) -> LedgerEntry:
-            def write() -> LedgerEntry:
-                _fenced(conn, fence)
-                current = _ledger(conn, fence.tenant, chat_id, tool_call_id)
-                if current is None:
-                    raise CoderStoreError(
-                        f"no ledger entry for tool call {tool_call_id} of chat {chat_id}"
-                    )
-                done = current.model_copy(
-                    update={
-                        "state": "done",
-                        "output": output,
-                        "is_error": is_error,
-                        "updated_at": utcnow(),
-                    }
-                )
-                conn.execute(
-                    "UPDATE ledger SET state = ?, body = ? WHERE tenant = ? AND chat_id = ? AND tool_call_id = ?",
-                    ("done", done.model_dump_json(), fence.tenant, chat_id, tool_call_id),
-                )
-                return done
-
-            return self._write(conn, write)
-
-        return await self._run(op)
-
-    async def get_tool(self, tenant: str, chat_id: str, tool_call_id: str) -> LedgerEntry | None:
-        return await self._run(lambda conn: _ledger(conn, tenant, chat_id, tool_call_id))
-
-    async def list_tools(self, tenant: str, chat_id: str) -> list[LedgerEntry]:
-        sql = "SELECT body FROM ledger WHERE tenant = ? AND chat_id = ? ORDER BY rowid"
-        rows = await self._run(lambda conn: conn.execute(sql, (tenant, chat_id)).fetchall())
-        return [_parse(LedgerEntry, row[0], "ledger") for row in rows]
-
     async def close(self) -> None:
         if self._closed:
             return
         self._closed = True
 
-        def shut(_: sqlite3.Connection | None = None) -> None:
+        def shut() -> None:
             conn = getattr(self._local, "conn", None)
             if conn is not None:
                 conn.close()
@@ -350,7 +155,229 @@ class SqliteStore:
         self._executor.shutdown(wait=True)
 
 
-# -- helpers (run on the store's thread) ---------------------------------------------------
+def run_now(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends to its end, here, without an event loop.
+
+    Every SQLite operation is one: its transaction's methods do their work at once.
+    One that suspends (awaits something else) would leave the transaction open
+    across threads, so it is stopped and refused.
+    """
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        result: T = done.value
+        return result
+    coro.close()
+    raise RuntimeError("a SQLite store operation suspended; it must only await its transaction")
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        conn.rollback()
+
+
+# -- the rows ----------------------------------------------------------------------------
+
+
+class _SqliteTransaction:
+    """The store's rows over one connection. ``BEGIN IMMEDIATE`` already holds the file's
+    write lock for a write, so reads need no row locks (``lock`` is accepted and ignored).
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+
+    def _one(self, sql: str, args: Sequence[object]) -> Any:
+        row = self._conn.execute(sql, args).fetchone()
+        return None if row is None else row[0]
+
+    def _bodies(self, sql: str, args: Sequence[object]) -> list[Any]:
+        return [row[0] for row in self._conn.execute(sql, args).fetchall()]
+
+    def _inserted(self, sql: str, row: dict[str, object]) -> bool:
+        return self._conn.execute(sql, row).rowcount == 1
+
+    async def store_id(self) -> str | None:
+        value = self._one("SELECT value FROM meta WHERE key = 'store_id'", ())
+        return None if value is None else str(value)
+
+    # -- workflows
+    async def workflow(
+        self, tenant: str, workflow_id: str, *, lock: Lock = None
+    ) -> WorkflowRecord | None:
+        body = self._one(
+            "SELECT body FROM workflows WHERE tenant = ? AND workflow_id = ?", (tenant, workflow_id)
+        )
+        return None if body is None else parse_row(WorkflowRecord, body, "workflows")
+
+    async def insert_workflow(self, record: WorkflowRecord) -> bool:
+        return self._inserted(
+            "INSERT INTO workflows (tenant, workflow_id, epoch, state, deployment, heartbeat_at, "
+            "body) VALUES (:tenant, :workflow_id, :epoch, :state, :deployment, :heartbeat_at, "
+            ":body) ON CONFLICT (tenant, workflow_id) DO NOTHING",
+            _workflow_row(record),
+        )
+
+    async def update_workflow(self, record: WorkflowRecord) -> None:
+        self._conn.execute(
+            "UPDATE workflows SET epoch = :epoch, state = :state, deployment = :deployment, "
+            "heartbeat_at = :heartbeat_at, body = :body "
+            "WHERE tenant = :tenant AND workflow_id = :workflow_id",
+            _workflow_row(record),
+        )
+
+    async def workflows(
+        self,
+        tenant: str,
+        deployment: str | None,
+        states: Sequence[WorkflowState],
+        stale_before: datetime | None,
+    ) -> list[WorkflowRecord]:
+        sql = "SELECT body FROM workflows WHERE tenant = ?"
+        args: list[object] = [tenant]
+        if deployment is not None:
+            sql += " AND deployment = ?"
+            args.append(deployment)
+        if states:
+            sql += f" AND state IN ({','.join('?' * len(states))})"
+            args += [str(s) for s in states]
+        if stale_before is not None:
+            sql += " AND heartbeat_at < ?"
+            args.append(_stamp(stale_before))
+        bodies = self._bodies(sql + " ORDER BY workflow_id", args)
+        return [parse_row(WorkflowRecord, body, "workflows") for body in bodies]
+
+    # -- chats
+    async def chat(self, tenant: str, chat_id: str, *, lock: Lock = None) -> ChatRecord | None:
+        body = self._one(
+            "SELECT body FROM chats WHERE tenant = ? AND chat_id = ?", (tenant, chat_id)
+        )
+        return None if body is None else parse_row(ChatRecord, body, "chats")
+
+    async def insert_chat(self, record: ChatRecord) -> bool:
+        return self._inserted(
+            "INSERT INTO chats (tenant, chat_id, workflow_id, discarded, body) "
+            "VALUES (:tenant, :chat_id, :workflow_id, :discarded, :body) "
+            "ON CONFLICT (tenant, chat_id) DO NOTHING",
+            _chat_row(record),
+        )
+
+    async def update_chat(self, record: ChatRecord) -> None:
+        self._conn.execute(
+            "UPDATE chats SET workflow_id = :workflow_id, discarded = :discarded, body = :body "
+            "WHERE tenant = :tenant AND chat_id = :chat_id",
+            _chat_row(record),
+        )
+
+    async def chats(self, tenant: str, discarded: bool | None) -> list[ChatRecord]:
+        sql = "SELECT body FROM chats WHERE tenant = ?"
+        args: list[object] = [tenant]
+        if discarded is not None:
+            sql += " AND discarded = ?"
+            args.append(int(discarded))
+        bodies = self._bodies(sql + " ORDER BY chat_id", args)
+        return [parse_row(ChatRecord, body, "chats") for body in bodies]
+
+    # -- the ledger
+    async def tool(
+        self, tenant: str, chat_id: str, tool_call_id: str, *, lock: Lock = None
+    ) -> LedgerEntry | None:
+        body = self._one(
+            "SELECT body FROM ledger WHERE tenant = ? AND chat_id = ? AND tool_call_id = ?",
+            (tenant, chat_id, tool_call_id),
+        )
+        return None if body is None else parse_row(LedgerEntry, body, "ledger")
+
+    async def insert_tool(self, entry: LedgerEntry) -> bool:
+        return self._inserted(
+            "INSERT INTO ledger (tenant, chat_id, tool_call_id, state, body) "
+            "VALUES (:tenant, :chat_id, :tool_call_id, :state, :body) "
+            "ON CONFLICT (tenant, chat_id, tool_call_id) DO NOTHING",
+            _ledger_row(entry),
+        )
+
+    async def update_tool(self, entry: LedgerEntry) -> None:
+        self._conn.execute(
+            "UPDATE ledger SET state = :state, body = :body "
+            "WHERE tenant = :tenant AND chat_id = :chat_id AND tool_call_id = :tool_call_id",
+            _ledger_row(entry),
+        )
+
+    async def tools(self, tenant: str, chat_id: str) -> list[LedgerEntry]:
+        bodies = self._bodies(
+            "SELECT body FROM ledger WHERE tenant = ? AND chat_id = ? ORDER BY rowid",
+            (tenant, chat_id),
+        )
+        return [parse_row(LedgerEntry, body, "ledger") for body in bodies]
+
+    # -- finished steps
+    async def step(self, tenant: str, workflow_id: str, step: int) -> StepRecord | None:
+        body = self._one(
+            "SELECT body FROM steps WHERE tenant = ? AND workflow_id = ? AND step = ?",
+            (tenant, workflow_id, step),
+        )
+        return None if body is None else parse_row(StepRecord, body, "steps")
+
+    async def put_step(self, record: StepRecord) -> None:
+        self._conn.execute(
+            "INSERT INTO steps (tenant, workflow_id, step, chat_id, body) "
+            "VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, workflow_id, step) "
+            "DO UPDATE SET chat_id = excluded.chat_id, body = excluded.body",
+            (
+                record.tenant,
+                record.workflow_id,
+                record.step,
+                record.chat_id,
+                record.model_dump_json(),
+            ),
+        )
+
+    async def steps(self, tenant: str, workflow_id: str) -> list[StepRecord]:
+        bodies = self._bodies(
+            "SELECT body FROM steps WHERE tenant = ? AND workflow_id = ? ORDER BY step",
+            (tenant, workflow_id),
+        )
+        return [parse_row(StepRecord, body, "steps") for body in bodies]
+
+
+def _workflow_row(record: WorkflowRecord) -> dict[str, object]:
+    return {
+        "tenant": record.tenant,
+        "workflow_id": record.workflow_id,
+        "epoch": record.epoch,
+        "state": str(record.state),
+        "deployment": record.deployment,
+        "heartbeat_at": _stamp(record.heartbeat_at) if record.heartbeat_at else None,
+        "body": record.model_dump_json(),
+    }
+
+
+def _chat_row(record: ChatRecord) -> dict[str, object]:
+    return {
+        "tenant": record.tenant,
+        "chat_id": record.chat_id,
+        "workflow_id": record.workflow_id,
+        "discarded": int(record.discarded),
+        "body": record.model_dump_json(),
+    }
+
+
+def _ledger_row(entry: LedgerEntry) -> dict[str, object]:
+    return {
+        "tenant": entry.tenant,
+        "chat_id": entry.chat_id,
+        "tool_call_id": entry.tool_call_id,
+        "state": entry.state,
+        "body": entry.model_dump_json(),
+    }
+
+
+def _stamp(moment: datetime) -> str:
+    # UTC, fixed width: heartbeat comparisons are string comparisons in SQL.
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# -- opening a file ------------------------------------------------------------------------
 
 
 def _check_ownership(conn: sqlite3.Connection, path: Path, existed: bool) -> None:
@@ -362,8 +389,7 @@ def _check_ownership(conn: sqlite3.Connection, path: Path, existed: bool) -> Non
         tables = conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
         version = conn.execute("PRAGMA user_version").fetchone()[0]
     finally:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
+        _rollback(conn)
     if app_id == APPLICATION_ID:
         if version > SCHEMA_VERSION:
             raise CoderStoreError(
@@ -395,76 +421,22 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
         time.sleep(0.005)
 
 
+def _user_version(conn: sqlite3.Connection) -> int:
+    version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+    return version
+
+
 def _migrate(conn: sqlite3.Connection) -> None:
-    version = conn.execute("PRAGMA user_version").fetchone()[0]
-    if version >= SCHEMA_VERSION:
+    if _user_version(conn) >= SCHEMA_VERSION:
         return
     conn.execute("BEGIN IMMEDIATE")
-    if conn.execute("PRAGMA user_version").fetchone()[0] < SCHEMA_VERSION:  # another process won
-        for statement in _SCHEMA.split(";"):
-            if statement.strip():
-                conn.execute(statement)
+    current = _user_version(conn)  # read again under the lock: another process may have won
+    if current < SCHEMA_VERSION:
+        params = {"store_id": uuid.uuid4().hex}
+        for version in sorted(v for v in MIGRATIONS if v > current):
+            for statement in MIGRATIONS[version].split(";"):
+                if statement.strip():
+                    conn.execute(statement, params)
         conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
         conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
     conn.execute("COMMIT")
-
-
-def _stamp(moment: datetime) -> str:
-    # UTC, fixed width: heartbeat comparisons are string comparisons in SQL.
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse(model: type[M], body: str, table: str) -> M:
-    try:
-        return model.model_validate_json(body)
-    except ValidationError as exc:
-        raise CoderStoreError(
-            f"malformed row in {table}: {exc.error_count()} problem(s): {body[:200]!r}"
-        ) from None
-
-
-def _workflow(conn: sqlite3.Connection, tenant: str, workflow_id: str) -> WorkflowRecord | None:
-    row = conn.execute(
-        "SELECT body FROM workflows WHERE tenant = ? AND workflow_id = ?", (tenant, workflow_id)
-    ).fetchone()
-    return None if row is None else _parse(WorkflowRecord, row[0], "workflows")
-
-
-def _put_workflow(conn: sqlite3.Connection, record: WorkflowRecord) -> None:
-    conn.execute(
-        "INSERT OR REPLACE INTO workflows (tenant, workflow_id, epoch, state, deployment, heartbeat_at, body) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (
-            record.tenant,
-            record.workflow_id,
-            record.epoch,
-            str(record.state),
-            record.deployment,
-            _stamp(record.heartbeat_at) if record.heartbeat_at else None,
-            record.model_dump_json(),
-        ),
-    )
-
-
-def _fenced(conn: sqlite3.Connection, fence: Fence) -> WorkflowRecord:
-    current = _workflow(conn, fence.tenant, fence.workflow_id)
-    if current is None or current.epoch != fence.epoch:
-        raise FencedOut(fence, current.epoch if current else None)
-    return current
-
-
-def _chat(conn: sqlite3.Connection, tenant: str, chat_id: str) -> ChatRecord | None:
-    row = conn.execute(
-        "SELECT body FROM chats WHERE tenant = ? AND chat_id = ?", (tenant, chat_id)
-    ).fetchone()
-    return None if row is None else _parse(ChatRecord, row[0], "chats")
-
-
-def _ledger(
-    conn: sqlite3.Connection, tenant: str, chat_id: str, tool_call_id: str
-) -> LedgerEntry | None:
-    row = conn.execute(
-        "SELECT body FROM ledger WHERE tenant = ? AND chat_id = ? AND tool_call_id = ?",
-        (tenant, chat_id, tool_call_id),
-    ).fetchone()
-    return None if row is None else _parse(LedgerEntry, row[0], "ledger")

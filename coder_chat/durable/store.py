@@ -52,7 +52,9 @@ class FencedOut(CoderStoreError):
 class DurableStore(Protocol):
     """Checkpoints, finished steps, journal, discarded chats and the tool ledger."""
 
-    #: Write transactions this object has committed (tests and benchmarks count them).
+    #: Write transactions this object has committed (tests and benchmarks count them):
+    #: one per successful write call, counted after its commit; reads and schema
+    #: migrations never count.
     commits: int
 
     async def store_id(self) -> str:

@@ -12,6 +12,9 @@
 ``write TENANT WORKFLOW EPOCH``
     Forever: checkpoint ``(chat-w, n)``, claim and complete ``call-n`` with output
     ``{"n": n}``, then print ``written n``. The parent SIGKILLs it at any moment.
+
+``store-id``
+    Print the store's id.
 """
 
 from __future__ import annotations
@@ -53,9 +56,18 @@ async def write(store: DurableStore, fence: Fence) -> None:
         n += 1
 
 
+async def print_store_id(store: DurableStore) -> None:
+    print(await store.store_id(), flush=True)
+    await store.close()
+
+
 async def main(argv: list[str]) -> None:
-    kind, location, command, tenant, workflow_id, epoch, *rest = argv
+    kind, location, command, *args = argv
     store = open_store(kind, location)
+    if command == "store-id":
+        await print_store_id(store)
+        return
+    tenant, workflow_id, epoch, *rest = args
     fence = Fence(tenant=tenant, workflow_id=workflow_id, epoch=int(epoch))
     if command == "claim":
         await claim(store, fence, int(rest[0]), rest[1])

@@ -26,6 +26,7 @@ import asyncpg
 import pytest
 
 from coder_chat.durable.postgres import PostgresStore, redact_dsn
+from coder_chat.durable.records import Fence, StepRecord
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.store import DurableStore
 
@@ -37,6 +38,20 @@ DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 WORKER_DSN_ENV = "PREFECT_CODER_WORKER_DSN"
 
 Kind = Literal["sqlite", "postgres"]
+
+
+def step_record(fence: Fence, step: int, **extra: Any) -> StepRecord:
+    """A finished step of ``fence``'s workflow: chat ``chat-1``, cursor ``10 + step``."""
+    fields: dict[str, Any] = {
+        "tenant": fence.tenant,
+        "workflow_id": fence.workflow_id,
+        "step": step,
+        "chat_id": "chat-1",
+        "last_seen_message_id": 10 + step,
+        "text": f"answer {step}",
+        "verdict": "ran",
+    }
+    return StepRecord.model_validate({**fields, **extra})
 
 
 def postgres_dsn_from_env() -> str:

@@ -39,7 +39,7 @@ from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.store import SCHEMA_VERSION, DurableStore, FencedOut
 from coder_chat.errors import CoderConfigError, CoderStoreError
 
-from .conftest import Backend
+from .conftest import Backend, step_record
 
 T = "org-1"
 
@@ -223,6 +223,7 @@ FENCED_WRITES: dict[str, FencedWrite] = {
     "mark_discarded": lambda s, f: s.mark_discarded(f, "chat-1"),
     "claim_tool": lambda s, f: s.claim_tool(f, "chat-1", "call-late", tool_name="t"),
     "complete_tool": lambda s, f: s.complete_tool(f, "chat-1", "call-1", output="late"),
+    "complete_step": lambda s, f: s.complete_step(f, step_record(f, 1, chat_id="chat-late")),
 }
 
 
@@ -231,6 +232,7 @@ async def snapshot(store: DurableStore, tenant: str = T) -> list[object]:
         await store.list_workflows(tenant),
         await store.list_chats(tenant),
         await store.list_tools(tenant, "chat-1"),
+        await store.list_steps(tenant, "wf"),
     ]
 
 
@@ -242,6 +244,7 @@ async def test_a_superseded_run_is_fenced_out_of_every_write(
     await store.save_checkpoint(old, "chat-1", 1)
     await store.write_journal(old, "chat-1", journal())
     await store.claim_tool(old, "chat-1", "call-1", tool_name="t")
+    await store.complete_step(old, step_record(old, 1))  # a late one must not replace it
     new = await store.begin_run(T, "wf")
     before = await snapshot(store)
 

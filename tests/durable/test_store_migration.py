@@ -1,0 +1,224 @@
+"""A store written by the previous code (schema version 1) is migrated to 2, keeping its data.
+
+The v1 schema is copied here as it was shipped, so this test keeps meaning what it says
+when the stores' own migrations change. Rows are written the way v1 wrote them: JSON
+bodies of the records as they were then (no ``archive_at_end``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from contextlib import closing
+from datetime import UTC, datetime
+
+import asyncpg
+
+from coder_chat.durable.records import (
+    ChatRecord,
+    Fence,
+    JournalEntry,
+    LedgerEntry,
+    WorkflowRecord,
+    WorkflowState,
+)
+from coder_chat.durable.store import SCHEMA_VERSION
+
+from .conftest import Backend, step_record
+
+T = "org-1"
+SQLITE_APPLICATION_ID = 0x50434F44
+
+SQLITE_V1 = """
+CREATE TABLE IF NOT EXISTS workflows (
+    tenant TEXT NOT NULL, workflow_id TEXT NOT NULL, epoch INTEGER NOT NULL,
+    state TEXT NOT NULL, deployment TEXT NOT NULL, heartbeat_at TEXT,
+    body TEXT NOT NULL, PRIMARY KEY (tenant, workflow_id));
+CREATE INDEX IF NOT EXISTS workflows_by_deployment ON workflows (tenant, deployment, state);
+CREATE TABLE IF NOT EXISTS chats (
+    tenant TEXT NOT NULL, chat_id TEXT NOT NULL, workflow_id TEXT NOT NULL,
+    discarded INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (tenant, chat_id));
+CREATE TABLE IF NOT EXISTS ledger (
+    tenant TEXT NOT NULL, chat_id TEXT NOT NULL, tool_call_id TEXT NOT NULL,
+    state TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (tenant, chat_id, tool_call_id));
+"""
+
+POSTGRES_V1 = """
+CREATE SCHEMA {s};
+CREATE TABLE {s}.migrations (version INTEGER PRIMARY KEY,
+    applied_at TIMESTAMPTZ NOT NULL DEFAULT now());
+CREATE TABLE {s}.workflows (
+    tenant TEXT COLLATE "C" NOT NULL,
+    workflow_id TEXT COLLATE "C" NOT NULL,
+    epoch BIGINT NOT NULL,
+    state TEXT NOT NULL,
+    deployment TEXT COLLATE "C" NOT NULL,
+    heartbeat_at TIMESTAMPTZ,
+    body JSONB NOT NULL,
+    PRIMARY KEY (tenant, workflow_id)
+);
+CREATE INDEX workflows_by_deployment ON {s}.workflows (tenant, deployment, state);
+CREATE INDEX workflows_by_heartbeat ON {s}.workflows (tenant, heartbeat_at);
+CREATE TABLE {s}.chats (
+    tenant TEXT COLLATE "C" NOT NULL,
+    chat_id TEXT COLLATE "C" NOT NULL,
+    workflow_id TEXT COLLATE "C" NOT NULL,
+    discarded BOOLEAN NOT NULL,
+    body JSONB NOT NULL,
+    PRIMARY KEY (tenant, chat_id)
+);
+CREATE INDEX chats_by_discarded ON {s}.chats (tenant, discarded, chat_id);
+CREATE TABLE {s}.ledger (
+    seq BIGINT GENERATED ALWAYS AS IDENTITY,
+    tenant TEXT COLLATE "C" NOT NULL,
+    chat_id TEXT COLLATE "C" NOT NULL,
+    tool_call_id TEXT COLLATE "C" NOT NULL,
+    state TEXT NOT NULL,
+    body JSONB NOT NULL,
+    PRIMARY KEY (tenant, chat_id, tool_call_id)
+);
+CREATE INDEX ledger_by_chat ON {s}.ledger (tenant, chat_id, seq);
+INSERT INTO {s}.migrations (version) VALUES (1);
+"""
+
+HEARTBEAT = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
+WORKFLOW = WorkflowRecord(
+    tenant=T,
+    workflow_id="wf",
+    chat_id="chat-1",
+    last_seen_message_id=41,
+    deployment="prod",
+    flow_run_id="run-3",
+    epoch=3,
+    heartbeat_at=HEARTBEAT,
+)
+CHAT = ChatRecord(
+    tenant=T,
+    chat_id="chat-1",
+    workflow_id="wf",
+    journal=JournalEntry(state="submitting", marker="step-2", attempt=1, at=HEARTBEAT),
+)
+#: In the order they were claimed.
+TOOLS = [
+    LedgerEntry(tenant=T, chat_id="chat-1", tool_call_id="call-b", tool_name="charge"),
+    LedgerEntry(
+        tenant=T,
+        chat_id="chat-1",
+        tool_call_id="call-a",
+        tool_name="charge",
+        state="done",
+        output={"receipt": "r-1"},
+    ),
+]
+
+
+def v1_body(record: WorkflowRecord | ChatRecord | LedgerEntry) -> str:
+    if isinstance(record, WorkflowRecord):
+        return record.model_dump_json(exclude={"archive_at_end"})  # a field v1 did not have
+    return record.model_dump_json()
+
+
+def build_sqlite_v1(path: str) -> None:
+    with closing(sqlite3.connect(path, isolation_level=None)) as db:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("BEGIN")
+        for statement in SQLITE_V1.split(";"):
+            if statement.strip():
+                db.execute(statement)
+        db.execute(f"PRAGMA application_id = {SQLITE_APPLICATION_ID}")
+        db.execute("PRAGMA user_version = 1")
+        db.execute(
+            "INSERT INTO workflows VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (T, "wf", 3, "running", "prod", "2026-11-30T12:00:00.123456Z", v1_body(WORKFLOW)),
+        )
+        db.execute("INSERT INTO chats VALUES (?, ?, ?, 0, ?)", (T, "chat-1", "wf", v1_body(CHAT)))
+        for entry in TOOLS:
+            db.execute(
+                "INSERT INTO ledger VALUES (?, ?, ?, ?, ?)",
+                (T, "chat-1", entry.tool_call_id, entry.state, v1_body(entry)),
+            )
+        db.execute("COMMIT")
+
+
+async def build_postgres_v1(dsn: str, schema: str) -> None:
+    s = f'"{schema}"'
+    conn = await asyncpg.connect(dsn)
+    try:
+        async with conn.transaction():
+            await conn.execute(POSTGRES_V1.format(s=s))
+            await conn.execute(
+                f"INSERT INTO {s}.workflows VALUES ($1, 'wf', 3, 'running', 'prod', $2, $3)",
+                T,
+                HEARTBEAT,
+                v1_body(WORKFLOW),
+            )
+            await conn.execute(
+                f"INSERT INTO {s}.chats VALUES ($1, 'chat-1', 'wf', false, $2)", T, v1_body(CHAT)
+            )
+            for entry in TOOLS:
+                await conn.execute(
+                    f"INSERT INTO {s}.ledger (tenant, chat_id, tool_call_id, state, body) "
+                    "VALUES ($1, 'chat-1', $2, $3, $4)",
+                    T,
+                    entry.tool_call_id,
+                    entry.state,
+                    v1_body(entry),
+                )
+    finally:
+        await conn.close()
+
+
+async def installed_versions(backend: Backend) -> list[int]:
+    if backend.is_postgres:
+        conn = await asyncpg.connect(backend.dsn)
+        try:
+            rows = await conn.fetch(
+                f'SELECT version FROM "{backend.location}".migrations ORDER BY version'
+            )
+        finally:
+            await conn.close()
+        return [int(r["version"]) for r in rows]
+    with closing(sqlite3.connect(backend.location)) as db:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        assert db.execute("PRAGMA application_id").fetchone()[0] == SQLITE_APPLICATION_ID
+    return list(range(1, version + 1))
+
+
+async def test_a_version_1_store_migrates_to_2_keeping_its_data(backend: Backend) -> None:
+    if backend.is_postgres:
+        await build_postgres_v1(backend.dsn, backend.location)
+    else:
+        build_sqlite_v1(backend.location)
+    assert await installed_versions(backend) == [1]
+
+    # Several openers at once: the migration runs once, and they all see one store id.
+    stores = [backend.open() for _ in range(4)]
+    workflows = await asyncio.gather(*(s.get_workflow(T, "wf") for s in stores))
+    assert await installed_versions(backend) == list(range(1, SCHEMA_VERSION + 1)) == [1, 2]
+    assert workflows == [WORKFLOW] * 4  # v1's body reads with archive_at_end's default
+    assert workflows[0] is not None and workflows[0].archive_at_end is True
+    ids = await asyncio.gather(*(s.store_id() for s in stores))
+    assert len(set(ids)) == 1 and len(ids[0]) == 32
+
+    store = stores[0]
+    assert await store.get_chat(T, "chat-1") == CHAT
+    assert await store.list_tools(T, "chat-1") == TOOLS
+    assert await store.list_workflows(T, deployment="prod", states=[WorkflowState.RUNNING]) == [
+        WORKFLOW
+    ]
+    assert await store.list_workflows(T, stale_before=HEARTBEAT) == []
+
+    # The run that held epoch 3 under v1 still holds it, and may finish a step.
+    fence = Fence(tenant=T, workflow_id="wf", epoch=3)
+    await store.complete_step(fence, step_record(fence, 2, last_seen_message_id=43))
+    assert [s.step for s in await store.list_steps(T, "wf")] == [2]
+    won, entry = await store.claim_tool(fence, "chat-1", "call-a", tool_name="charge")
+    assert (won, entry) == (False, TOOLS[1])
+    assert (await store.begin_run(T, "wf", archive_at_end=False)).epoch == 4
+    record = await store.get_workflow(T, "wf")
+    assert record is not None
+    assert (record.chat_id, record.last_seen_message_id, record.archive_at_end) == (
+        "chat-1",
+        43,
+        False,
+    )
