@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from ..errors import CoderApiError, CoderChatError, CoderError, CoderStreamError
+from ..errors import CoderApiError, CoderChatError, CoderError, CoderStoreError, CoderStreamError
 from ..protocol.models import ChatErrorInfo, ToolCallRequest
 from ..protocol.models_hint import resolve_model_hint
 from ..protocol.transcript import pending_client_calls, structured_output, to_transcript
@@ -272,6 +272,10 @@ class Turn:
         )
         try:
             return tool_output(await tool.invoke(args, context)), False
+        except CoderStoreError:
+            # The durable ledger around the tool failed, not the tool: the turn stops
+            # here (the pause stays on the server) and recovery decides from the ledger.
+            raise
         except Exception as exc:  # noqa: BLE001 - the model sees the failure and may retry
             return f"{type(exc).__name__}: {exc}", True
 

@@ -8,6 +8,7 @@ group, a rerun, and every invariant checked against the peers' own records.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -36,7 +37,7 @@ async def test_a_rerun_on_another_machine_resends_no_finished_step(
     wf = f"wf-machine-{step}"
     prompts = ["plan the refund", "check the order", "confirm it"]
     prompts[step - 1] = f"charge the card {charge(1299)}"
-    params = {"workflow_id": wf, "prompts": prompts, "tools": [CHARGE_CARD]}
+    params: dict[str, Any] = {"workflow_id": wf, "prompts": prompts, "tools": [CHARGE_CARD]}
     lab.payments.hold("after")
     first = await lab.start(**params)
     await lab.spawn(lab.machine("b"), **params)  # machine B imports while A works
@@ -56,7 +57,7 @@ async def test_two_parallel_durable_calls_killed_between_them(lab: CrashLab) -> 
     recovered, each card charged once, and the chat archived at the end."""
     sim, wf = lab.sim, "wf-parallel"
     prompts = ["plan the refunds", f"refund both {charge(100)} {charge(200)}", "confirm"]
-    params = {"workflow_id": wf, "prompts": prompts, "tools": [CHARGE_CARD]}
+    params: dict[str, Any] = {"workflow_id": wf, "prompts": prompts, "tools": [CHARGE_CARD]}
     lab.payments.hold("after")
     first = await lab.start(**params, reruns=1)
     one = await lab.held(lab.payments.wait_held(timeout=90), first, "first charge held")

@@ -101,8 +101,7 @@ async def test_a_store_outage_inside_a_task_does_not_fail_the_workflow(
         sent = [m for m in sim.messages(chat_id) if m.role == "user" and marker in m.text()]
         assert len(sent) == 1, (task, step, [m.text() for m in sent])
     assert list(CHARGES.values()) == [1]
-    block = await PostgresLedger.aload(ledger.split("/", 1)[1])
-    assert isinstance(block, PostgresLedger)
+    block: PostgresLedger = await PostgresLedger.aload(ledger.split("/", 1)[1])
     store = block.get_store()
     assert isinstance(store, PostgresStore)
     try:
