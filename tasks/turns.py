@@ -11,6 +11,7 @@ machine that ran the step. Retries happen only for failures
 from __future__ import annotations
 
 from prefect import get_run_logger, task
+from prefect.context import TaskRunContext
 
 from coder_chat import CoderConfigError
 from coder_chat.durable.context import DurableOptions, StepContext, StepTools
@@ -68,6 +69,7 @@ async def run_turn(
             step_tools,
             options or DurableOptions(),
             log.info,
+            first_try=epoch == 1 and _first_try(),
         )
         spec = StepSpec(
             prompt=prompt,
@@ -82,3 +84,9 @@ async def run_turn(
         result = await run_step(ctx, spec)
     log.info(f"Step {step}: {result.verdict} on chat {result.chat_id}.")
     return result
+
+
+def _first_try() -> bool:
+    """Whether this is the task run's first try (Prefect counts each try it runs)."""
+    context = TaskRunContext.get()
+    return context is not None and context.task_run.run_count <= 1

@@ -103,6 +103,9 @@ class StepContext:
     options: DurableOptions = field(default_factory=DurableOptions)
     #: Where recovery verdicts are reported (the task-run log, in Prefect).
     report: Callable[[str], None] = logger.info
+    #: Nothing can have acted for this step before: the workflow's first run (epoch 1),
+    #: the step's first try. An empty checkpoint then needs no search for an orphan.
+    first_try: bool = False
 
     @property
     def tenant(self) -> str:

@@ -105,7 +105,7 @@ async def run_step(ctx: StepContext, spec: StepSpec) -> StepResult:
     chat_id = workflow.chat_id if workflow else None
     cursor = workflow.last_seen_message_id if workflow else None
     adopted = False
-    if chat_id is None:
+    if chat_id is None and not ctx.first_try:
         chat_id = await adopt_orphan(ctx, spec)
         adopted, cursor = chat_id is not None, None
     verdict: StepVerdict = "ran"
@@ -158,9 +158,19 @@ async def _attempt_in_flight(
     entry = record.journal if record else None
     if entry is not None and entry.marker == ctx.marker:
         return entry.reason or "hard_crash"
-    if adopted or (entry is None and await _created_with_this_step(ctx, chat_id)):
+    if adopted:
         return "hard_crash"
+    if entry is None and not await _previous_step_on(ctx, chat_id):
+        return "hard_crash" if await _created_with_this_step(ctx, chat_id) else None
     return None
+
+
+async def _previous_step_on(ctx: StepContext, chat_id: str) -> bool:
+    """Did the step before this one finish on ``chat_id``? Then this step did not create it."""
+    if ctx.step <= 1:
+        return False
+    previous = await ctx.store.get_step(ctx.tenant, ctx.workflow_id, ctx.step - 1)
+    return previous is not None and previous.chat_id == chat_id
 
 
 async def _complete(
@@ -265,9 +275,10 @@ async def _run_turn(
     ctx: StepContext, spec: StepSpec, chat_id: str | None, cursor: int | None, verdict: StepVerdict
 ) -> StepResult:
     session = await _session(ctx, spec, chat_id, cursor)
-    notes = await _ledger_notes(ctx, chat_id) if chat_id else []
+    again = verdict == "resubmitted"
+    notes = await _ledger_notes(ctx, chat_id) if chat_id and again else []
     prompt = " ".join([ctx.marker, spec.prompt, *notes])
-    entry = await _journal_send(ctx, chat_id) if chat_id is not None else None
+    entry = await _journal_send(ctx, chat_id, again) if chat_id is not None else None
     try:
         result = await session.generate(
             prompt, deadline=ctx.options.step_deadline, output_type=spec.output_type
@@ -368,9 +379,13 @@ def _send_refused(exc: CoderApiError) -> bool:
     return exc.method == "POST" and exc.path.endswith("/messages") and exc.status in _REFUSED
 
 
-async def _journal_send(ctx: StepContext, chat_id: str) -> JournalEntry:
-    """Write-ahead of a send on an existing chat, with its own commit horizon."""
-    attempts = await count_attempts(ctx.client, chat_id, ctx.marker)
+async def _journal_send(ctx: StepContext, chat_id: str, again: bool) -> JournalEntry:
+    """Write-ahead of a send on an existing chat, with its own commit horizon.
+
+    A first send of the step needs no history read: every send on an existing chat
+    is journaled, and nothing journaled this step, so its attempt count is 0.
+    """
+    attempts = await count_attempts(ctx.client, chat_id, ctx.marker) if again else 0
     now = utcnow()
     entry = JournalEntry(
         state="submitting",

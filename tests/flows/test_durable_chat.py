@@ -43,6 +43,10 @@ async def test_three_steps_with_a_durable_tool_and_structured_output(
         heartbeat_interval=0.2,
     )
     assert [r.verdict for r in results] == ["ran", "ran", "ran"]
+    # The workflow's first run, each step's first try: no orphan search and no history
+    # read; the one page of messages read is the transcript's, for its artifact.
+    routes = [r.route for r in sim.records.requests]
+    assert (routes.count("list_chats"), routes.count("get_messages")) == (0, 1), routes
     assert results[0].text == 'You said: "[wf-flow-1/step-1] plan the refund"'
     assert "charged 1299" in results[1].text
     assert results[2].output == {"verdict": "done", "score": 0.9}

@@ -1,0 +1,83 @@
+"""What a durable step costs beyond the turn it wraps: no request, two store commits.
+
+Counted, not timed: the simulator records every request it served, and the store
+counts the write transactions it committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from coder_chat import ChatClient, ChatSession
+from coder_chat.durable.context import DurableOptions, StepContext, StepTools
+from coder_chat.durable.sqlite import SqliteStore
+from coder_chat.durable.step import StepSpec, run_step
+from coder_chat.simulator import Simulator
+
+FAST = DurableOptions(request_timeout=10, step_deadline=30, poll_interval=0.02)
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    s = SqliteStore(tmp_path / "ledger.db")
+    yield s
+    await s.close()
+
+
+def served(sim: Simulator) -> list[str]:
+    return [r.route for r in sim.records.requests]
+
+
+async def bare_turns(sim: Simulator, client: ChatClient) -> tuple[list[str], list[str]]:
+    """The routes of a bare first turn, and of a bare turn on a checkpointed chat."""
+    session = ChatSession(client=client, organization_id=str(sim.organization_id))
+    before = len(sim.records.requests)
+    await session.generate("first")
+    first = served(sim)[before:]
+    resumed = ChatSession(
+        client=client,
+        organization_id=str(sim.organization_id),
+        chat_id=session.chat_id,
+        last_seen_message_id=session.last_seen_message_id,
+    )
+    before = len(sim.records.requests)
+    await resumed.generate("second")
+    return first, served(sim)[before:]
+
+
+async def test_a_durable_step_makes_the_requests_of_a_bare_turn_and_two_commits(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    tenant = str(sim.organization_id)
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        bare_first, bare_resumed = await bare_turns(sim, client)
+        fence = await store.begin_run(tenant, "wf-cost")
+        costs = []
+        for step in (1, 2, 3):
+            ctx = StepContext(
+                client, store, fence, "wf-cost", step, StepTools(), FAST, first_try=True
+            )
+            before, commits = len(sim.records.requests), store.commits
+            result = await run_step(ctx, StepSpec(prompt=f"step {step}"))
+            assert result.verdict == "ran"
+            costs.append((served(sim)[before:], store.commits - commits))
+    assert bare_first == ["create_chat", "stream"] and bare_resumed == ["send_message", "stream"]
+    first, later = costs[0], costs[1:]
+    assert first == (bare_first, 1)  # the create is not journaled: one commit, the step's own
+    assert all(cost == (bare_resumed, 2) for cost in later), later  # journal + step
+
+
+async def test_a_first_step_that_may_have_run_before_looks_for_its_orphan(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    """Not the first try (a retry, or a rerun of the workflow): an orphan may exist, so
+    the step asks Coder for chats labelled with this workflow first."""
+    tenant = str(sim.organization_id)
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        fence = await store.begin_run(tenant, "wf-retry")
+        ctx = StepContext(client, store, fence, "wf-retry", 1, StepTools(), FAST)
+        await run_step(ctx, StepSpec(prompt="hello"))
+    assert served(sim) == ["list_chats", "create_chat", "stream"]
