@@ -1,0 +1,145 @@
+"""Driving one workflow: runs with the same workflow id until one completes it.
+
+Every planned run's child is spawned up front, so Python and Prefect import
+while earlier runs work; an unplanned re-run (after a run that failed) starts
+cold. A run is killed when its trigger is reached first; a run that fails is
+re-run too, at most :data:`MAX_FAILED_RUNS` times, and a workflow no run
+completed has lost its results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.crash.lab import Child
+
+from .arena import Arena
+from .kills import InFlight, Trigger, in_flight
+from .plan import Kill, WorkflowPlan
+from .truth import prompts
+
+MAX_FAILED_RUNS = 2
+#: How long a run may take before it is taken for hung (killed, and counted failed).
+RUN_TIMEOUT = 150.0
+
+
+@dataclass
+class RunRecord:
+    number: int
+    kill: Kill | None
+    killed: bool = False
+    exit_code: int | None = None
+    seconds: float = 0.0
+    in_flight: InFlight | None = None
+    results: list[dict[str, Any]] | None = None
+    note: str = ""
+
+    def describe(self) -> str:
+        if self.killed:
+            outcome = f"killed ({self.kill.describe() if self.kill else '?'})"
+        elif self.results is not None:
+            outcome = "completed"
+        else:
+            outcome = f"exited {self.exit_code}"
+        return f"run {self.number} {outcome} after {self.seconds:.1f}s" + (
+            f" [{self.note}]" if self.note else ""
+        )
+
+
+@dataclass
+class WorkflowOutcome:
+    plan: WorkflowPlan
+    runs: list[RunRecord] = field(default_factory=list)
+    results: list[dict[str, Any]] | None = None
+
+    @property
+    def in_flight(self) -> list[InFlight]:
+        return [r.in_flight for r in self.runs if r.in_flight is not None]
+
+    def describe(self) -> str:
+        return f"{self.plan.workflow_id}: " + ", ".join(r.describe() for r in self.runs)
+
+
+@dataclass
+class Children:
+    """The workflow's children: one spawned per planned run, taken in order."""
+
+    arena: Arena
+    plan: WorkflowPlan
+    spares: dict[int, Child] = field(default_factory=dict)
+
+    async def prepare(self) -> None:
+        for run in range(1, len(self.plan.kills) + 2):
+            self.spares[run] = await self._spawn(run)
+
+    async def take(self, run: int) -> Child:
+        spare = self.spares.pop(run, None)
+        return spare if spare is not None and spare.running else await self._spawn(run)
+
+    async def _spawn(self, run: int) -> Child:
+        arena = self.arena
+        return await arena.lab.spawn(env=arena.machine_env(run), **arena.params(self.plan))
+
+
+async def drive(arena: Arena, children: Children) -> WorkflowOutcome:
+    plan = children.plan
+    outcome = WorkflowOutcome(plan)
+    failed = 0
+    while failed <= MAX_FAILED_RUNS:
+        number = len(outcome.runs) + 1
+        kill = plan.kills[number - 1] if number <= len(plan.kills) else None
+        record = await run_once(arena, plan, await children.take(number), kill, number)
+        outcome.runs.append(record)
+        if record.results is not None:
+            outcome.results = record.results
+            return outcome
+        failed += 0 if record.killed else 1
+    return outcome
+
+
+async def run_once(
+    arena: Arena, plan: WorkflowPlan, child: Child, kill: Kill | None, number: int
+) -> RunRecord:
+    wf, loop = plan.workflow_id, asyncio.get_running_loop()
+    record = RunRecord(number, kill)
+    await arena.lab.ready(child)
+    arena.gate.new_run(wf)
+    trigger = Trigger(arena, wf, kill, len(prompts(arena.sim, wf))) if kill else None
+    started = loop.time()
+    arena.lab.go(child)
+    arena.first_go.set()
+    exited = asyncio.ensure_future(child.proc.wait())
+    reached = asyncio.ensure_future(trigger.reached()) if trigger else None
+    try:
+        waiting = [f for f in (exited, reached) if f is not None]
+        await asyncio.wait(waiting, timeout=RUN_TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
+        if trigger is not None and reached is not None and reached.done() and child.running:
+            reached.result()  # a trigger that broke is the harness's fault: say so
+            await _kill(arena, trigger, child, record)
+        else:
+            if trigger is not None:
+                await trigger.disarm()
+            if child.running:
+                await arena.lab.crash(child)
+                record.note = f"hung for {RUN_TIMEOUT:.0f}s"
+    finally:
+        if reached is not None and not reached.done():
+            reached.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reached
+    record.exit_code = await exited
+    record.seconds = loop.time() - started
+    if record.exit_code == 0:
+        record.results = child.results()
+        record.killed = record.killed and record.results is None
+    return record
+
+
+async def _kill(arena: Arena, trigger: Trigger, child: Child, record: RunRecord) -> None:
+    await arena.lab.crash(child)
+    record.killed = True
+    record.in_flight = await in_flight(arena, trigger.workflow_id)
+    trigger.after_kill(record.in_flight)
