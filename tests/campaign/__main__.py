@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import os
 import sys
 import tempfile
@@ -48,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
         workdir=args.workdir,
         keep=args.keep,
     )
+
+    # A restarted Postgres server's pools refill with warnings and tracebacks: expected here.
+    logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)
 
     def note(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

@@ -43,8 +43,10 @@ class Arena:
     sweep_lines: list[str] = field(default_factory=list)
     #: Tasks that outlive a run (a held send released late); cancelled with the schedule.
     background: list[asyncio.Task[None]] = field(default_factory=list)
-    #: Set when the schedule's first run is let go (Postgres restarts are timed from it).
-    first_go: asyncio.Event = field(default_factory=asyncio.Event)
+    #: When each run of the first workflow was let go (Postgres restarts are timed from them).
+    go_times: list[float] = field(default_factory=list)
+    #: Set once every workflow has ended.
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
         # Prefect creates its home folder, but not the folders above it.

@@ -19,7 +19,14 @@ from coder_chat.durable.records import utcnow
 from .draw import derive
 from .leaks import api_leaks
 from .plan import VARIANTS, Variant
-from .report import error_line, progress_line, summary_line, timing_line, violation_line
+from .report import (
+    error_line,
+    progress_line,
+    redact,
+    summary_line,
+    timing_line,
+    violation_line,
+)
 from .runner import ScheduleResult, Shared, run_schedule
 from .stores import postgres_unusable
 
@@ -85,7 +92,7 @@ async def run_campaign(
         note(progress_line(len(report.results), len(schedules), result))
         if result.error is not None:
             out(error_line(result))
-            note(result.error)
+            note(redact(result.error, result.token))
         elif result.findings.violations:
             out(violation_line(result))
 

@@ -16,6 +16,7 @@ from .plan import (
     VARIANTS,
     Kill,
     Knob,
+    PgRestart,
     Schedule,
     Step,
     StepKind,
@@ -67,7 +68,7 @@ def derive(seed: int, index: int, variants: Sequence[Variant] = VARIANTS) -> Sch
     first = draw_workflow(rng, f"wf-{seed}-{index}-a")
     second = draw_workflow(rng, f"wf-{seed}-{index}-b")
     knobs = tuple(draw_knob(rng, len(first.steps)) for _ in range(draw_knob_count(rng)))
-    restarts = tuple(sorted(round(rng.uniform(0.3, 6.0), 2) for _ in range(rng.randint(1, 2))))
+    restarts = tuple(sorted(draw_restart(rng, first) for _ in range(rng.randint(1, 2))))
     return Schedule(
         seed,
         index,
@@ -135,6 +136,10 @@ def draw_kill(rng: Random, steps: Sequence[Step], run: int) -> Kill:
         return Kill("held-send", nth=nth)
     top = len(steps) if run == 1 else 2
     return Kill("after-prompt", nth=rng.randint(1, top), delay=round(rng.uniform(0.0, 1.5), 2))
+
+
+def draw_restart(rng: Random, plan: WorkflowPlan) -> PgRestart:
+    return PgRestart(rng.randint(1, len(plan.kills) + 1), round(rng.uniform(0.0, 3.0), 2))
 
 
 # -- knobs ---------------------------------------------------------------------------------------

@@ -1,10 +1,9 @@
 """Driving one workflow: runs with the same workflow id until one completes it.
 
 Every planned run's child is spawned up front, so Python and Prefect import
-while earlier runs work; an unplanned re-run (after a run that failed) starts
-cold. A run is killed when its trigger is reached first; a run that fails is
-re-run too, at most :data:`MAX_FAILED_RUNS` times, and a workflow no run
-completed has lost its results.
+while earlier runs work. A run is killed when its trigger is reached first, and
+the next run takes over; a run that ends by itself either completed the
+workflow or failed it, and a failed workflow has lost its results.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from .kills import InFlight, Trigger, in_flight
 from .plan import Kill, WorkflowPlan
 from .truth import prompts
 
-MAX_FAILED_RUNS = 2
 #: How long a run may take before it is taken for hung (killed, and counted failed).
 RUN_TIMEOUT = 150.0
 
@@ -85,19 +83,18 @@ class Children:
 
 
 async def drive(arena: Arena, children: Children) -> WorkflowOutcome:
+    """Run until a run completes the workflow or ends without being killed (failed):
+    nothing re-runs a failed workflow by itself, so its results are lost."""
     plan = children.plan
     outcome = WorkflowOutcome(plan)
-    failed = 0
-    while failed <= MAX_FAILED_RUNS:
+    while True:
         number = len(outcome.runs) + 1
         kill = plan.kills[number - 1] if number <= len(plan.kills) else None
         record = await run_once(arena, plan, await children.take(number), kill, number)
         outcome.runs.append(record)
-        if record.results is not None:
-            outcome.results = record.results
+        outcome.results = record.results
+        if not record.killed:
             return outcome
-        failed += 0 if record.killed else 1
-    return outcome
 
 
 async def run_once(
@@ -110,7 +107,8 @@ async def run_once(
     trigger = Trigger(arena, wf, kill, len(prompts(arena.sim, wf))) if kill else None
     started = loop.time()
     arena.lab.go(child)
-    arena.first_go.set()
+    if plan is arena.schedule.workflows[0]:
+        arena.go_times.append(started)
     exited = asyncio.ensure_future(child.proc.wait())
     reached = asyncio.ensure_future(trigger.reached()) if trigger else None
     try:
@@ -135,7 +133,17 @@ async def run_once(
     if record.exit_code == 0:
         record.results = child.results()
         record.killed = record.killed and record.results is None
+    if not record.killed and record.results is None:
+        record.note = record.note or failure_of(child)
     return record
+
+
+def failure_of(child: Child) -> str:
+    """Why a run failed, in one line: the flow run's final state, else its last words."""
+    lines = [line.strip() for line in child.stderr.read_text(errors="replace").splitlines()]
+    final = [line for line in lines if "Finished in state" in line and "Flow run" in line]
+    last = (final or [line for line in lines if line] or ["no output"])[-1]
+    return last.split("Finished in state", 1)[-1].strip()[:240]
 
 
 async def _kill(arena: Arena, trigger: Trigger, child: Child, record: RunRecord) -> None:

@@ -7,7 +7,7 @@ able to describe themselves in one line so a violation can be replayed.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from .schemas import VERDICT
@@ -87,6 +87,18 @@ class Kill:
         return f"held-send#{self.nth}"
 
 
+@dataclass(frozen=True, order=True)
+class PgRestart:
+    """Restart the Postgres server ``delay`` seconds after the first workflow's ``run``-th
+    run was let go (a run starts with ``begin_workflow``, a store write without retries)."""
+
+    run: int
+    delay: float
+
+    def describe(self) -> str:
+        return f"run{self.run}+{self.delay:.2f}s"
+
+
 @dataclass(frozen=True)
 class WorkflowPlan:
     workflow_id: str
@@ -120,8 +132,7 @@ class Schedule:
     variant: Variant
     workflows: tuple[WorkflowPlan, ...]
     knobs: tuple[Knob, ...] = ()
-    #: Seconds after the first run starts at which the Postgres server restarts.
-    pg_restarts: tuple[float, ...] = field(default=())
+    pg_restarts: tuple[PgRestart, ...] = ()
 
     @property
     def name(self) -> str:
@@ -137,7 +148,7 @@ class Schedule:
         parts = [w.describe() for w in self.workflows]
         parts.append("knobs [" + ", ".join(k.describe() for k in self.knobs) + "]")
         if self.pg_restarts:
-            parts.append("pg restarts at " + ", ".join(f"{t:.2f}s" for t in self.pg_restarts))
+            parts.append("pg restarts [" + ", ".join(r.describe() for r in self.pg_restarts) + "]")
         return " | ".join(parts)
 
 

@@ -37,18 +37,25 @@ def violation_line(result: ScheduleResult) -> str:
     more = len(findings.violations) - DETAILS
     runs = "; ".join(o.describe() for o in result.outcomes)
     notes = f" | notes: {'; '.join(result.notes)}" if result.notes else ""
-    return (
+    return redact(
         f"VIOLATION {schedule.name} variant={schedule.variant}: {counts} "
         f"[{details}{f'; +{more} more' if more > 0 else ''}] | {schedule.describe()} "
-        f"| {runs}{notes} | replay: {schedule.replay()}"
+        f"| {runs}{notes} | replay: {schedule.replay()}",
+        result.token,
     )
+
+
+def redact(line: str, token: str) -> str:
+    """A run's last words may quote anything: the campaign's own output never holds a token."""
+    return line.replace(token, "<session token>") if token else line
 
 
 def error_line(result: ScheduleResult) -> str:
     last = (result.error or "").strip().splitlines()[-1:]
-    return (
+    return redact(
         f"HARNESS ERROR {result.schedule.name} variant={result.schedule.variant}: "
-        f"{last[0] if last else '?'} | replay: {result.schedule.replay()}"
+        f"{last[0] if last else '?'} | replay: {result.schedule.replay()}",
+        result.token,
     )
 
 

@@ -29,8 +29,10 @@ def check_results(
     findings = Findings()
     wf, steps = outcome.plan.workflow_id, outcome.plan.steps
     if outcome.results is None:
-        for number in range(1, len(steps) + 1):
-            findings.add("lost results", f"{wf} step {number}: no run completed the workflow")
+        last = outcome.runs[-1].describe() if outcome.runs else "no run"
+        findings.add("lost results", f"{wf} step 1: no run completed the workflow ({last})")
+        for number in range(2, len(steps) + 1):
+            findings.add("lost results", f"{wf} step {number}: lost with it")
         return findings
     returned = {int(r["step"]): r for r in outcome.results}
     for number, step in enumerate(steps, start=1):

@@ -122,11 +122,14 @@ async def play(arena: Arena) -> list[WorkflowOutcome]:
     for knob in arena.schedule.knobs:
         if knob.after_prompts == 0:
             await arena.admin.arm(knob)
-    side = [asyncio.create_task(arm_later(arena)), asyncio.create_task(restart_postgres(arena))]
+    knobs = asyncio.create_task(arm_later(arena))
+    restarts = asyncio.create_task(restart_postgres(arena))
     try:
         outcomes = await asyncio.gather(*(drive(arena, each) for each in children))
     finally:
-        await cancel(side + arena.background)
+        arena.finished.set()
+        await cancel([knobs, *arena.background])
+        await restarts  # never cut short: a restart in progress is let finish
     await arena.admin.clear()
     await arena.lab.close()
     await sweep(arena)
@@ -143,12 +146,18 @@ async def arm_later(arena: Arena) -> None:
 
 async def restart_postgres(arena: Arena) -> None:
     loop = asyncio.get_running_loop()
-    await arena.first_go.wait()
-    start = loop.time()
-    for moment in arena.schedule.pg_restarts:
-        await asyncio.sleep(max(0.0, start + moment - loop.time()))
+    for restart in arena.schedule.pg_restarts:
+        while len(arena.go_times) < restart.run:
+            if arena.finished.is_set():
+                return
+            await asyncio.sleep(0.01)
+        due = arena.go_times[restart.run - 1] + restart.delay - loop.time()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(arena.finished.wait(), max(0.0, due))
+        if arena.finished.is_set():
+            return
         await arena.site.restart()
-        arena.notes.append(f"postgres restarted at {moment:.2f}s")
+        arena.notes.append(f"postgres restarted ({restart.describe()})")
 
 
 async def sweep(arena: Arena) -> None:
