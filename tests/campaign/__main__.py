@@ -15,7 +15,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tests.campaign", description=__doc__)
     parser.add_argument("--count", type=int, default=20, help="schedules to run (0..N-1)")
     parser.add_argument("--seed", type=int, required=True)
-    parser.add_argument("--parallel", type=int, default=2, help="schedules at once")
+    parser.add_argument("--parallel", type=int, default=4, help="schedules at once")
     parser.add_argument("--only", type=int, nargs="+", default=[], help="replay these indexes")
     parser.add_argument(
         "--variant",

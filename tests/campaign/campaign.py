@@ -1,8 +1,9 @@
 """The campaign: many schedules, a few at once, one shared Prefect API, one verdict.
 
-Schedules run ``parallel`` at a time, each in its own arena. A violating
-schedule's line is printed as soon as it ends; the Prefect API's part of the
-token search runs once, after the last schedule; then the summary line.
+Schedules run ``parallel`` at a time, each in its own arena, with a progress
+line each as it ends. The Prefect API's part of the token search runs once,
+after the last schedule; then one line per violating schedule, by index, and
+the summary line.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ Printer = Callable[[str], None]
 class CampaignOptions:
     seed: int
     count: int = 20
-    parallel: int = 2
+    parallel: int = 4
     #: Run only these indexes (a replay), instead of ``range(count)``.
     only: Sequence[int] = ()
     variants: Sequence[Variant] = VARIANTS
@@ -75,7 +76,8 @@ def usable_variants(wanted: Sequence[Variant], note: Printer) -> list[Variant]:
 async def run_campaign(
     options: CampaignOptions, api_url: str, out: Printer = print, note: Printer = print
 ) -> CampaignReport:
-    """Run the schedules; ``out`` gets the violation lines, ``note`` progress and timing."""
+    """Run the schedules; ``out`` gets the violation lines, ``note`` progress and timing
+    (the caller prints the summary line, :attr:`CampaignReport.line`)."""
     loop = asyncio.get_running_loop()
     started, since = loop.time(), utcnow()
     variants = usable_variants(options.variants, note)
@@ -91,28 +93,30 @@ async def run_campaign(
         report.results.append(result)
         note(progress_line(len(report.results), len(schedules), result))
         if result.error is not None:
-            out(error_line(result))
             note(redact(result.error, result.token))
-        elif result.findings.violations:
-            out(violation_line(result))
 
     try:
         await asyncio.gather(*(one(i) for i in range(len(schedules))))
     finally:
         await shared.clusters.close()
-    await add_api_leaks(report, since, out)
+    await add_api_leaks(report, since)
     report.results.sort(key=lambda r: r.schedule.index)
+    for result in report.results:
+        if result.error is not None:
+            out(error_line(result))
+        elif result.findings.violations:
+            out(violation_line(result))
     report.seconds = loop.time() - started
     note(timing_line(report.results, report.seconds, options.parallel))
     note(f"campaign: schedule folders under {workdir}")
     return report
 
 
-async def add_api_leaks(report: CampaignReport, since: datetime, out: Printer) -> None:
+async def add_api_leaks(report: CampaignReport, since: datetime) -> None:
     """The token search's API part, once for the campaign: log lines, artifacts, parameters."""
     by_token = {r.token: r for r in report.results if r.token}
     for token, places in (await api_leaks(by_token, since)).items():
-        result = by_token[token]
         for place in places:
-            result.findings.add("token leaks", f"the session token is in the API's {place}")
-        out(violation_line(result))
+            by_token[token].findings.add(
+                "token leaks", f"the session token is in the API's {place}"
+            )

@@ -60,6 +60,9 @@ CUT_ROUTES = (
 DELAY_ROUTES = ("send_message", "tool_results")
 STATUSES = (500, 502, 503, 504, 429)
 DOUBLE_CRASH = 0.25
+#: Requests the knobs of one schedule may fail in all: a task makes 3 attempts (2 retries),
+#: and more failures than that in a row exhaust them by design, not by a bug.
+FAILURE_BUDGET = 2
 
 
 def derive(seed: int, index: int, variants: Sequence[Variant] = VARIANTS) -> Schedule:
@@ -67,7 +70,7 @@ def derive(seed: int, index: int, variants: Sequence[Variant] = VARIANTS) -> Sch
     rng = Random(f"{seed}:{index}")
     first = draw_workflow(rng, f"wf-{seed}-{index}-a")
     second = draw_workflow(rng, f"wf-{seed}-{index}-b")
-    knobs = tuple(draw_knob(rng, len(first.steps)) for _ in range(draw_knob_count(rng)))
+    knobs = draw_knobs(rng, len(first.steps))
     restarts = tuple(sorted(draw_restart(rng, first) for _ in range(rng.randint(1, 2))))
     return Schedule(
         seed,
@@ -149,18 +152,32 @@ def draw_knob_count(rng: Random) -> int:
     return rng.choices([0, 1, 2, 3], weights=[0.2, 0.35, 0.3, 0.15])[0]
 
 
-def draw_knob(rng: Random, steps: int) -> Knob:
+def draw_knobs(rng: Random, steps: int) -> tuple[Knob, ...]:
+    """0 to 3 knobs whose failed requests, all together, stay within one task's retries."""
+    knobs, budget = [], FAILURE_BUDGET
+    for _ in range(draw_knob_count(rng)):
+        knob = draw_knob(rng, steps, budget)
+        budget -= failures(knob)
+        knobs.append(knob)
+    return tuple(knobs)
+
+
+def failures(knob: Knob) -> int:
+    """Requests a knob makes fail outright (a task retry each, at worst)."""
+    return int(knob.payload.get("count", 1)) if knob.kind in ("fail", "cut") else 0
+
+
+def draw_knob(rng: Random, steps: int, budget: int = FAILURE_BUDGET) -> Knob:
     """A transient fault within what the durable contract promises to survive."""
-    kind = rng.choice(
-        ["fail", "cut", "delay", "stream-drop", "withhold-action", "retry-generation", "deadline"]
-    )
+    kinds = ["delay", "stream-drop", "withhold-action", "retry-generation", "deadline"]
+    kind = rng.choice(["fail", "cut", *kinds] if budget > 0 else kinds)
     after = rng.randint(0, steps - 1)
     body: dict[str, Any]
     if kind == "fail":
         body = {
             "route": rng.choice(FAIL_ROUTES),
             "status": rng.choice(STATUSES),
-            "count": rng.randint(1, 2),
+            "count": rng.randint(1, min(2, budget)),
         }
     elif kind == "cut":
         body = {"route": rng.choice(CUT_ROUTES), "phase": rng.choice(("before", "after"))}

@@ -34,6 +34,9 @@ class RunRecord:
     in_flight: InFlight | None = None
     results: list[dict[str, Any]] | None = None
     note: str = ""
+    #: Whether it failed on the Prefect API itself, and whether its flow run had begun.
+    api_trouble: bool = False
+    began: bool = False
 
     def describe(self) -> str:
         if self.killed:
@@ -93,8 +96,23 @@ async def drive(arena: Arena, children: Children) -> WorkflowOutcome:
         record = await run_once(arena, plan, await children.take(number), kill, number)
         outcome.runs.append(record)
         outcome.results = record.results
-        if not record.killed:
-            return outcome
+        if record.killed or unstarted(record, outcome):
+            continue
+        return outcome
+
+
+def unstarted(record: RunRecord, outcome: WorkflowOutcome) -> bool:
+    """A run the Prefect API refused before its flow began ran none of our code: run it
+    again (twice at most); once it began, the API's failure makes the schedule void."""
+    if not record.api_trouble:
+        return False
+    if record.began or sum(r.api_trouble for r in outcome.runs) > 2:
+        raise PrefectApiTrouble(f"{outcome.plan.workflow_id}: {record.describe()}")
+    return True
+
+
+class PrefectApiTrouble(RuntimeError):
+    """The shared Prefect API failed a run: the harness's trouble, not the code's."""
 
 
 async def run_once(
@@ -135,6 +153,8 @@ async def run_once(
         record.killed = record.killed and record.results is None
     if not record.killed and record.results is None:
         record.note = record.note or failure_of(child)
+        record.api_trouble = "PrefectHTTPStatusError" in record.note
+        record.began = "Beginning flow run" in child.stderr.read_text(errors="replace")
     return record
 
 

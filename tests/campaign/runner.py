@@ -2,8 +2,9 @@
 
 ``run_schedule`` builds the arena (its own simulator with short timers, payments
 fake, folder, store and crash lab), arms the knobs that start armed, drives every
-workflow to completion (or gives up), restarts Postgres on time, clears the
-faults, sweeps once, and checks every invariant against ground truth.
+workflow until a run completes or fails it, restarts Postgres on time, clears
+the faults, sweeps once, and checks every invariant against ground truth. A
+violating schedule's folder is kept, with a ``timeline.txt`` of what happened.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .draw import derive
+from .draw import FAILURE_BUDGET, derive, failures
 from .plan import VARIANTS
 
 
@@ -29,3 +29,9 @@ def test_schedules_keep_to_the_spec() -> None:
             for step in plan.steps:
                 # Calls of one tool with identical arguments in one step are one call.
                 assert len(set(step.amounts)) == len(step.amounts)
+
+
+def test_the_knobs_of_a_schedule_fail_no_more_requests_than_a_task_retries() -> None:
+    for index in range(300):
+        knobs = derive(5, index).knobs
+        assert sum(failures(k) for k in knobs) <= FAILURE_BUDGET, knobs
