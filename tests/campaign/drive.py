@@ -148,6 +148,12 @@ async def run_once(
                 await reached
     record.exit_code = await exited
     record.seconds = loop.time() - started
+    return conclude(record, child)
+
+
+def conclude(record: RunRecord, child: Child) -> RunRecord:
+    """What the run's end says: its results, or why it failed (a run that finished just
+    as it was killed counts as completed)."""
     if record.exit_code == 0:
         record.results = child.results()
         record.killed = record.killed and record.results is None
