@@ -3,11 +3,11 @@
 Everything else comes from the environment the test hands it (the simulator's
 ``CODER_*`` variables, ``PREFECT_CODER_SQLITE_PATH``, ``PAYMENTS_URL``, the shared
 ``PREFECT_API_URL`` and ``PREFECT_HOME``). The child imports everything first,
-then waits for a ``go`` line on stdin, so a test can start the process that will
-rerun a workflow before it crashes the one running it (Python and Prefect take
-seconds to import). On success it prints one line, :data:`RESULT_PREFIX` followed
-by the step results as JSON; a test that crashes it kills it (SIGKILL, its whole
-process group) long before that.
+then prints :data:`READY` and waits for a ``go`` line on stdin, so a test can
+start the process that will rerun a workflow before it crashes the one running
+it (Python and Prefect take seconds to import). On success it prints one line,
+:data:`RESULT_PREFIX` followed by the step results as JSON; a test that crashes
+it kills it (SIGKILL, its whole process group) long before that.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import sys
 from typing import Any
 
 RESULT_PREFIX = "CRASH-CHILD-RESULTS "
+READY = "CRASH-CHILD-READY"
 GO = "go"
 
 
@@ -32,6 +33,7 @@ def main(argv: list[str]) -> int:
     params = json.loads(argv[1])
     import flows.durable_chat  # noqa: F401 - the slow part, done before the signal
 
+    print(READY, flush=True)
     if sys.stdin.readline().strip() != GO:
         return 0  # the test ended without needing this child
     results = asyncio.run(run(params))

@@ -16,7 +16,7 @@ import json
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from typing import Any
 from coder_chat.simulator import Simulator
 from prefect_coder.payments import Ledger
 
-from .child import GO, RESULT_PREFIX
+from .child import GO, READY, RESULT_PREFIX
 
 ROOT = Path(__file__).resolve().parents[2]
 CHARGE_CARD = "prefect_coder.demo_tools:charge_card"
@@ -46,10 +46,12 @@ class Child:
     proc: asyncio.subprocess.Process
     stdout: Path
     stderr: Path
-    #: The child's parameters and environment overrides, as canonical JSON.
+    #: The child's parameters as canonical JSON.
     params: str = ""
     started: bool = False
     killed: bool = False
+    #: Its environment overrides as canonical JSON (a child on "another machine").
+    overrides: str = "{}"
 
     @property
     def running(self) -> bool:
@@ -60,6 +62,19 @@ class Child:
 
     def tail(self, lines: int = 60) -> str:
         return "\n".join(self.output().splitlines()[-lines:])
+
+    @property
+    def ready(self) -> bool:
+        """Whether it has imported everything and waits for :meth:`CrashLab.go`."""
+        return READY in self.stdout.read_text(errors="replace").splitlines()
+
+    def results(self) -> list[dict[str, Any]] | None:
+        """The step results the child printed, or ``None`` if it printed none."""
+        for line in self.stdout.read_text(errors="replace").splitlines():
+            if line.startswith(RESULT_PREFIX):
+                results: list[dict[str, Any]] = json.loads(line[len(RESULT_PREFIX) :])
+                return results
+        return None
 
 
 @dataclass
@@ -89,7 +104,9 @@ class CrashLab:
         home = self.root / f"{name}-prefect-home"
         return {"PREFECT_HOME": str(home), "PREFECT_LOCAL_STORAGE_PATH": str(home / "storage")}
 
-    def env(self) -> dict[str, str]:
+    def env(self, overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The children's environment; ``overrides`` replace any of it (e.g. another
+        ``PREFECT_HOME`` for a child playing a second machine)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "CODER_"))}
         env.update(self.sim.env())
         env.update(
@@ -102,13 +119,14 @@ class CrashLab:
                 "PYTHONUNBUFFERED": "1",
             }
         )
+        env.update(overrides or {})
         return env
 
     # -- children -------------------------------------------------------------------------
-    async def spawn(self, env: dict[str, str] | None = None, **params: Any) -> Child:
+    async def spawn(self, env: Mapping[str, str] | None = None, **params: Any) -> Child:
         """Start a child for ``durable_chat(**params)``; it imports, then waits for :meth:`go`.
 
-        ``env`` overrides variables of the lab's environment (another machine, say).
+        ``env`` overrides part of the children's environment for this child only.
         """
         name = f"child-{len(self.children) + 1}"
         out, err = self.root / f"{name}.out", self.root / f"{name}.err"
@@ -119,14 +137,26 @@ class CrashLab:
                 "tests.crash.child",
                 json.dumps(params),
                 cwd=ROOT,
-                env={**self.env(), **(env or {})},
+                env=self.env(env),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=stdout,
                 stderr=stderr,
                 start_new_session=True,
             )
-        child = Child(name, proc, out, err, _key(params, env))
+        child = Child(
+            name,
+            proc,
+            out,
+            err,
+            json.dumps(params, sort_keys=True),
+            overrides=json.dumps(dict(env or {}), sort_keys=True),
+        )
         self.children.append(child)
+        return child
+
+    async def ready(self, child: Child, timeout: float = REACH_TIMEOUT) -> Child:
+        """Wait until a spawned child has imported everything (so timing starts at :meth:`go`)."""
+        await self.until(lambda: child.ready, child, f"{child.name} ready", timeout)
         return child
 
     def go(self, child: Child) -> Child:
@@ -138,19 +168,25 @@ class CrashLab:
         return child
 
     async def start(
-        self, *, reruns: int = 0, env: dict[str, str] | None = None, **params: Any
+        self, *, reruns: int = 0, env: Mapping[str, str] | None = None, **params: Any
     ) -> Child:
         """A fresh process running ``durable_chat(**params)`` from now on.
 
         ``reruns`` spawns that many more children with the same parameters, which
         import Python and Prefect while this one runs; a later ``start`` with the same
-        parameters takes one of them (still a process that has done nothing yet).
+        parameters (and ``env``) takes one of them (still a process that has done
+        nothing yet).
         """
         params.setdefault("request_timeout", 10.0)
         params.setdefault("step_deadline", 60.0)
-        key = _key(params, env)
+        key = json.dumps(params, sort_keys=True)
+        overrides = json.dumps(dict(env or {}), sort_keys=True)
         spare = next(
-            (c for c in self.children if c.params == key and not c.started and c.running),
+            (
+                c
+                for c in self.children
+                if c.params == key and c.overrides == overrides and not c.started and c.running
+            ),
             None,
         )
         child = self.go(spare or await self.spawn(env, **params))
@@ -178,11 +214,10 @@ class CrashLab:
             ) from None
         if code != 0:
             raise ChildFailed(f"{child.name} exited with {code}:\n{child.tail()}")
-        for line in child.stdout.read_text().splitlines():
-            if line.startswith(RESULT_PREFIX):
-                results: list[dict[str, Any]] = json.loads(line[len(RESULT_PREFIX) :])
-                return results
-        raise ChildFailed(f"{child.name} printed no results:\n{child.tail()}")
+        results = child.results()
+        if results is None:
+            raise ChildFailed(f"{child.name} printed no results:\n{child.tail()}")
+        return results
 
     async def until(
         self,
@@ -231,8 +266,3 @@ class CrashLab:
         child.killed = True
         with contextlib.suppress(ProcessLookupError):
             os.killpg(child.proc.pid, signal.SIGKILL)
-
-
-def _key(params: dict[str, Any], env: dict[str, str] | None) -> str:
-    """What makes two children interchangeable: the same parameters and environment."""
-    return json.dumps({"params": params, "env": env or {}}, sort_keys=True)

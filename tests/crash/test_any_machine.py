@@ -37,7 +37,13 @@ async def test_a_rerun_on_another_machine_resends_no_finished_step(
     wf = f"wf-machine-{step}"
     prompts = ["plan the refund", "check the order", "confirm it"]
     prompts[step - 1] = f"charge the card {charge(1299)}"
-    params: dict[str, Any] = {"workflow_id": wf, "prompts": prompts, "tools": [CHARGE_CARD]}
+    params: dict[str, Any] = {
+        "workflow_id": wf,
+        "prompts": prompts,
+        "tools": [CHARGE_CARD],
+        "request_timeout": 10.0,
+        "step_deadline": 60.0,
+    }
     lab.payments.hold("after")
     first = await lab.start(**params)
     await lab.spawn(lab.machine("b"), **params)  # machine B imports while A works

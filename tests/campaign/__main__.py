@@ -1,0 +1,67 @@
+"""``python -m tests.campaign --count N --seed S [--parallel K] [--only I ...] [--variant V ...]``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m tests.campaign", description=__doc__)
+    parser.add_argument("--count", type=int, default=20, help="schedules to run (0..N-1)")
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--parallel", type=int, default=4, help="schedules at once")
+    parser.add_argument("--only", type=int, nargs="+", default=[], help="replay these indexes")
+    parser.add_argument(
+        "--variant",
+        nargs="+",
+        default=[],
+        choices=["sqlite", "postgres", "second-machine", "concurrent"],
+        help="draw variants only from these (default: all)",
+    )
+    parser.add_argument("--workdir", type=Path, help="where schedule folders go")
+    parser.add_argument("--keep", action="store_true", help="keep clean schedules' folders")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    # Before Prefect is imported: this process's own Prefect home, and no telemetry.
+    os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="prefect-coder-campaign-home-")
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    from prefect.settings import PREFECT_API_URL
+    from prefect.testing.utilities import prefect_test_harness
+
+    from .campaign import CampaignOptions, run_campaign
+    from .plan import VARIANTS
+
+    options = CampaignOptions(
+        seed=args.seed,
+        count=args.count,
+        parallel=args.parallel,
+        only=args.only,
+        variants=args.variant or VARIANTS,
+        workdir=args.workdir,
+        keep=args.keep,
+    )
+
+    # A restarted Postgres server's pools refill with warnings and tracebacks: expected here.
+    logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)
+
+    def note(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    with prefect_test_harness(server_startup_timeout=120):
+        api_url = str(PREFECT_API_URL.value())
+        report = asyncio.run(run_campaign(options, api_url, out=print, note=note))
+    print(report.line, flush=True)
+    return 0 if report.violations == 0 and not report.errors else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

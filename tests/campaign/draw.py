@@ -1,0 +1,196 @@
+"""Deriving a schedule from ``(seed, index)`` alone, so ``--seed S --only I`` replays it.
+
+The variant comes from its own random stream, and everything else is drawn for
+every variant alike (a second workflow, Postgres restart times) and kept only
+where the variant uses it: a schedule replayed with ``--variant V`` is the same
+schedule whatever other variants the first campaign allowed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from random import Random
+from typing import Any
+
+from .plan import (
+    VARIANTS,
+    Kill,
+    Knob,
+    PgRestart,
+    Schedule,
+    Step,
+    StepKind,
+    Variant,
+    WorkflowPlan,
+    prompt_json,
+)
+
+STEP_WEIGHTS: dict[StepKind, float] = {
+    "plain": 2,
+    "tool": 2,
+    "parallel": 1.5,
+    "deltas": 1,
+    "sleep": 1,
+    "json": 1,
+}
+WORDS = ("refund", "invoice", "ledger", "audit", "payout", "dispute", "receipt", "quote")
+#: Routes a transient 5xx/429 may hit, a cut may sever, a delayed commit may slow.
+FAIL_ROUTES = (
+    "create_chat",
+    "send_message",
+    "get_messages",
+    "get_chat",
+    "tool_results",
+    "interrupt",
+    "stream",
+    "list_chats",
+    "update_chat",
+)
+CUT_ROUTES = (
+    "create_chat",
+    "send_message",
+    "tool_results",
+    "get_messages",
+    "get_chat",
+    "interrupt",
+    "update_chat",
+)
+#: A delayed create that lands after its process died leaves an orphan with the step's
+#: marker and no journal entry to attribute it; sends and tool results are journaled.
+DELAY_ROUTES = ("send_message", "tool_results")
+STATUSES = (500, 502, 503, 504, 429)
+DOUBLE_CRASH = 0.25
+#: Requests the knobs of one schedule may fail in all: a task makes 3 attempts (2 retries),
+#: and more failures than that in a row exhaust them by design, not by a bug.
+FAILURE_BUDGET = 2
+
+
+def derive(seed: int, index: int, variants: Sequence[Variant] = VARIANTS) -> Schedule:
+    variant = Random(f"{seed}:{index}:variant").choice(sorted(variants))
+    rng = Random(f"{seed}:{index}")
+    first = draw_workflow(rng, f"wf-{seed}-{index}-a")
+    second = draw_workflow(rng, f"wf-{seed}-{index}-b")
+    knobs = draw_knobs(rng, len(first.steps))
+    restarts = tuple(sorted(draw_restart(rng, first) for _ in range(rng.randint(1, 2))))
+    return Schedule(
+        seed,
+        index,
+        variant,
+        (first, second) if variant == "concurrent" else (first,),
+        knobs,
+        restarts if variant == "postgres" else (),
+    )
+
+
+# -- steps ---------------------------------------------------------------------------------------
+
+
+def draw_workflow(rng: Random, workflow_id: str) -> WorkflowPlan:
+    kinds = rng.choices(
+        list(STEP_WEIGHTS), weights=list(STEP_WEIGHTS.values()), k=rng.randint(3, 5)
+    )
+    # Distinct amounts across the workflow: a logical call is (step, arguments).
+    amounts = iter(rng.sample(range(100, 100_000), k=2 * len(kinds)))
+    steps = tuple(draw_step(rng, kind, amounts) for kind in kinds)
+    kills = [draw_kill(rng, steps, run=1)]
+    if rng.random() < DOUBLE_CRASH:
+        kills.append(draw_kill(rng, steps, run=2))
+    return WorkflowPlan(workflow_id, steps, tuple(kills))
+
+
+def draw_step(rng: Random, kind: StepKind, amounts: Any) -> Step:
+    word = f"{rng.choice(WORDS)}-{rng.randint(1, 999)}"
+    if kind == "tool":
+        a = next(amounts)
+        return Step(kind, f"charge the card for {word} {_charge(a)}", (a,))
+    if kind == "parallel":
+        a, b = next(amounts), next(amounts)
+        return Step(kind, f"charge both cards for {word} {_charge(a)} {_charge(b)}", (a, b))
+    if kind == "deltas":
+        return Step(kind, f"stream the {word} summary /deltas {rng.randint(8, 64)}")
+    if kind == "sleep":
+        return Step(kind, f"think the {word} over /sleep {rng.uniform(0.2, 2.0):.1f}")
+    if kind == "json":
+        answer = {"verdict": word, "score": round(rng.uniform(0, 1), 2)}
+        return Step(kind, f"file the {word} verdict /json {prompt_json(answer)}", (), answer)
+    return Step(kind, f"plan the {word}")
+
+
+def _charge(amount: int) -> str:
+    return f"/tool charge_card {prompt_json({'amount_cents': amount})}"
+
+
+# -- kills ---------------------------------------------------------------------------------------
+
+
+def draw_kill(rng: Random, steps: Sequence[Step], run: int) -> Kill:
+    charges = sum(len(s.amounts) for s in steps)
+    kinds = ["moment", "after-prompt", "in-tool", "held-send"]
+    weights = [0.15, 0.45, 0.3 if charges else 0.0, 0.1 if len(steps) > 1 else 0.0]
+    kind = rng.choices(kinds, weights=weights)[0]
+    if kind == "moment":
+        return Kill("moment", delay=round(rng.uniform(0.0, 4.0), 2))
+    if kind == "in-tool":
+        nth = rng.randint(1, charges if run == 1 else min(charges, 2))
+        return Kill("in-tool", nth=nth, phase=rng.choice(("before", "after")))
+    if kind == "held-send":
+        # The first run's first prompt is the create; a later run's chat exists already.
+        nth = rng.randint(1, len(steps) - 1) if run == 1 else rng.randint(0, 1)
+        return Kill("held-send", nth=nth)
+    top = len(steps) if run == 1 else 2
+    return Kill("after-prompt", nth=rng.randint(1, top), delay=round(rng.uniform(0.0, 1.5), 2))
+
+
+def draw_restart(rng: Random, plan: WorkflowPlan) -> PgRestart:
+    return PgRestart(rng.randint(1, len(plan.kills) + 1), round(rng.uniform(0.0, 3.0), 2))
+
+
+# -- knobs ---------------------------------------------------------------------------------------
+
+
+def draw_knob_count(rng: Random) -> int:
+    return rng.choices([0, 1, 2, 3], weights=[0.2, 0.35, 0.3, 0.15])[0]
+
+
+def draw_knobs(rng: Random, steps: int) -> tuple[Knob, ...]:
+    """0 to 3 knobs whose failed requests, all together, stay within one task's retries."""
+    knobs, budget = [], FAILURE_BUDGET
+    for _ in range(draw_knob_count(rng)):
+        knob = draw_knob(rng, steps, budget)
+        budget -= failures(knob)
+        knobs.append(knob)
+    return tuple(knobs)
+
+
+def failures(knob: Knob) -> int:
+    """Requests a knob makes fail outright (a task retry each, at worst)."""
+    return int(knob.payload.get("count", 1)) if knob.kind in ("fail", "cut") else 0
+
+
+def draw_knob(rng: Random, steps: int, budget: int = FAILURE_BUDGET) -> Knob:
+    """A transient fault within what the durable contract promises to survive."""
+    kinds = ["delay", "stream-drop", "withhold-action", "retry-generation", "deadline"]
+    kind = rng.choice(["fail", "cut", *kinds] if budget > 0 else kinds)
+    after = rng.randint(0, steps - 1)
+    body: dict[str, Any]
+    if kind == "fail":
+        body = {
+            "route": rng.choice(FAIL_ROUTES),
+            "status": rng.choice(STATUSES),
+            "count": rng.randint(1, min(2, budget)),
+        }
+    elif kind == "cut":
+        body = {"route": rng.choice(CUT_ROUTES), "phase": rng.choice(("before", "after"))}
+    elif kind == "delay":
+        body = {"route": rng.choice(DELAY_ROUTES), "seconds": round(rng.uniform(0.2, 2.0), 2)}
+    elif kind == "stream-drop":
+        body = {"after_events": rng.randint(1, 8), "times": rng.randint(1, 2)}
+    elif kind == "withhold-action":
+        body = {"times": 1}
+    elif kind == "retry-generation":
+        body = {"times": rng.randint(1, 2)}
+    else:
+        # The server answers a paused client tool "timed out" after this long and the
+        # model calls it again (era C): recovery after a kill often comes later.
+        body = {"tool_result_deadline": round(rng.uniform(2.0, 5.0), 1)}
+    return Knob(kind, tuple(sorted(body.items())), after)

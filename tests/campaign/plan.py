@@ -1,0 +1,157 @@
+"""What one schedule is: its workflows' steps, its fault knobs, its kills, its variant.
+
+Plain frozen records, derived from ``(seed, index, variant)`` by :mod:`.draw`, and
+able to describe themselves in one line so a violation can be replayed.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from .schemas import VERDICT
+
+StepKind = Literal["plain", "tool", "parallel", "deltas", "sleep", "json"]
+Variant = Literal["sqlite", "postgres", "second-machine", "concurrent"]
+VARIANTS: tuple[Variant, ...] = ("sqlite", "postgres", "second-machine", "concurrent")
+KillKind = Literal["moment", "after-prompt", "in-tool", "held-send"]
+Phase = Literal["before", "after"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step: its prompt (without the marker the durable layer adds) and what it calls."""
+
+    kind: StepKind
+    prompt: str
+    #: The amounts the step charges, one durable ``charge_card`` call each.
+    amounts: tuple[int, ...] = ()
+    #: What a structured step files through ``structured_output``.
+    structured: dict[str, Any] | None = None
+
+    @property
+    def schema(self) -> str | None:
+        return VERDICT if self.kind == "json" else None
+
+    def describe(self) -> str:
+        if self.amounts:
+            return f"{self.kind}({'+'.join(map(str, self.amounts))})"
+        if self.kind in ("deltas", "sleep"):
+            return f"{self.kind}({self.prompt.split()[-1]})"
+        return self.kind
+
+
+@dataclass(frozen=True)
+class Knob:
+    """A fault knob armed over the simulator's admin routes once ``after_prompts``
+    prompts of the first workflow have landed (0: before anything runs)."""
+
+    kind: str
+    body: tuple[tuple[str, Any], ...]
+    after_prompts: int = 0
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return dict(self.body)
+
+    def describe(self) -> str:
+        args = " ".join(f"{k}={v}" for k, v in self.body)
+        return f"{self.kind}({args})@{self.after_prompts}"
+
+
+@dataclass(frozen=True)
+class Kill:
+    """When to SIGKILL one run of a workflow.
+
+    - ``moment``: ``delay`` seconds after the run was let go;
+    - ``after-prompt``: ``delay`` seconds after the ``nth`` prompt that lands during the run;
+    - ``in-tool``: while the run's ``nth`` charge is held ``phase`` its effect;
+    - ``held-send``: while the run's send after its ``nth`` landed prompt is held
+      before it commits; released only once the next run resubmitted the step (or
+      gave it time to), so it lands late: the one window the contract leaves open.
+    """
+
+    kind: KillKind
+    nth: int = 1
+    delay: float = 0.0
+    phase: Phase = "before"
+
+    def describe(self) -> str:
+        if self.kind == "moment":
+            return f"moment+{self.delay:.2f}s"
+        if self.kind == "after-prompt":
+            return f"after-prompt#{self.nth}+{self.delay:.2f}s"
+        if self.kind == "in-tool":
+            return f"in-tool#{self.nth}-{self.phase}"
+        return f"held-send#{self.nth}"
+
+
+@dataclass(frozen=True, order=True)
+class PgRestart:
+    """Restart the Postgres server ``delay`` seconds after the first workflow's ``run``-th
+    run was let go (a run starts with ``begin_workflow``, a store write without retries)."""
+
+    run: int
+    delay: float
+
+    def describe(self) -> str:
+        return f"run{self.run}+{self.delay:.2f}s"
+
+
+@dataclass(frozen=True)
+class WorkflowPlan:
+    workflow_id: str
+    steps: tuple[Step, ...]
+    #: Kill ``i`` applies to run ``i + 1``; the runs after the last kill go to the end.
+    kills: tuple[Kill, ...]
+
+    @property
+    def prompts(self) -> list[str]:
+        return [s.prompt for s in self.steps]
+
+    @property
+    def output_schemas(self) -> list[str | None] | None:
+        schemas = [s.schema for s in self.steps]
+        return schemas if any(schemas) else None
+
+    @property
+    def charges(self) -> int:
+        return sum(len(s.amounts) for s in self.steps)
+
+    def describe(self) -> str:
+        steps = ", ".join(s.describe() for s in self.steps)
+        kills = "; ".join(k.describe() for k in self.kills)
+        return f"{self.workflow_id}: steps [{steps}] kills [{kills}]"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    seed: int
+    index: int
+    variant: Variant
+    workflows: tuple[WorkflowPlan, ...]
+    knobs: tuple[Knob, ...] = ()
+    pg_restarts: tuple[PgRestart, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.seed}/{self.index}"
+
+    def replay(self) -> str:
+        return (
+            f"python -m tests.campaign --seed {self.seed} --only {self.index} "
+            f"--variant {self.variant}"
+        )
+
+    def describe(self) -> str:
+        parts = [w.describe() for w in self.workflows]
+        parts.append("knobs [" + ", ".join(k.describe() for k in self.knobs) + "]")
+        if self.pg_restarts:
+            parts.append("pg restarts [" + ", ".join(r.describe() for r in self.pg_restarts) + "]")
+        return " | ".join(parts)
+
+
+def prompt_json(value: Any) -> str:
+    """JSON as the scripted model's directives take it (compact, stable)."""
+    return json.dumps(value, separators=(", ", ": "), sort_keys=True)

@@ -1,0 +1,92 @@
+"""Was a step ever sent again after an attempt that had finished?
+
+For each step, consecutive attempts (earlier, later) are classified from ground truth:
+
+- **cut short** (counted): the server accepted an interrupt of the earlier attempt's
+  chat between the two, or that chat was seen in ``error``, or the earlier attempt
+  had no committed answer when the later one landed;
+- **late** duplicate (counted): the journal, read when a run was killed, showed this
+  step's send in flight on that chat, and both attempts landed past its horizon (one
+  of them is that send, landing late: the window the contract leaves open);
+- otherwise **resent**: a finished step sent again (a violation).
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Literal
+
+from coder_chat.durable.markers import step_marker
+from coder_chat.simulator import Simulator
+from coder_chat.simulator.state import Message
+
+from .drive import WorkflowOutcome
+from .kills import InFlight
+from .truth import StatusLog, attempts, reply_to
+from .verdicts import Findings
+
+Pair = Literal["cut short", "late", "resent"]
+
+
+def check_resends(sim: Simulator, outcome: WorkflowOutcome, statuses: StatusLog) -> Findings:
+    findings = Findings()
+    wf = outcome.plan.workflow_id
+    for step in range(1, len(outcome.plan.steps) + 1):
+        tries = attempts(sim, wf, step)
+        kinds = classify(sim, outcome, statuses, step, tries)
+        for number, (kind, later) in enumerate(zip(kinds, tries[1:], strict=True), start=2):
+            if kind == "cut short":
+                findings.cut_short += 1
+            elif kind == "late":
+                findings.late += 1
+            else:
+                findings.add(
+                    "resent finished steps",
+                    f"{wf} step {step}: attempt {number} sent after attempt {number - 1} "
+                    f"had finished (message {later.id} after {tries[number - 2].id})",
+                )
+    return findings
+
+
+def classify(
+    sim: Simulator,
+    outcome: WorkflowOutcome,
+    statuses: StatusLog,
+    step: int,
+    tries: list[Message],
+) -> list[Pair]:
+    """What each consecutive pair of the step's attempts was."""
+    marker = step_marker(outcome.plan.workflow_id, step)
+    budget = [r for r in outcome.in_flight if r.marker == marker]
+    kinds: list[Pair] = []
+    for earlier, later in itertools.pairwise(tries):
+        if cut_short(sim, statuses, earlier, later):
+            kinds.append("cut short")
+        elif (record := late_send(budget, earlier)) is not None:
+            budget.remove(record)
+            kinds.append("late")
+        else:
+            kinds.append("resent")
+    return kinds
+
+
+def cut_short(sim: Simulator, statuses: StatusLog, earlier: Message, later: Message) -> bool:
+    chat = str(earlier.chat_id)
+    start, end = earlier.created_at, later.created_at
+    interrupted = any(
+        str(i.chat_id) == chat and i.http_status == 200 and start <= i.at <= end
+        for i in sim.records.interrupts
+    )
+    unanswered = not reply_to(sim, earlier, until=end)
+    return interrupted or unanswered or statuses.errored_between(chat, start, end)
+
+
+def late_send(budget: list[InFlight], earlier: Message) -> InFlight | None:
+    return next(
+        (
+            r
+            for r in budget
+            if r.chat_id == str(earlier.chat_id) and earlier.created_at >= r.horizon
+        ),
+        None,
+    )

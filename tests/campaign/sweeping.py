@@ -1,0 +1,51 @@
+"""The one sweep a schedule ends with, called in-process on the sweep core.
+
+Kept in this one function because the core's signature is about to change: the
+campaign calls it with the charge_card tool (so a ``committing`` effect can be
+re-driven), orphans of any age retired, and no workflow ever taken for stranded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from coder_chat import ChatClient
+from coder_chat.durable.context import DurableOptions, StepTools
+from coder_chat.durable.store import DurableStore
+from coder_chat.durable.sweep import SweepPolicy, SweepReport, sweep
+from coder_chat.simulator import Simulator
+from prefect_coder.demo_tools import charge_card
+
+POLICY = SweepPolicy(
+    orphan_age=0,
+    stale_heartbeat=10**9,
+    stuck_after=10**9,
+    options=DurableOptions(interrupt_timeout=5, poll_interval=0.05, archive_retry_interval=0.05),
+)
+#: charge_card finds its payments service in ``PAYMENTS_URL`` when it runs; schedules
+#: running at once each have their own, so their sweeps take turns with the variable.
+_PAYMENTS_ENV = asyncio.Lock()
+
+
+async def sweep_once(
+    sim: Simulator, store: DurableStore, payments_url: str, lines: list[str]
+) -> SweepReport:
+    """One sweep pass over the store's chats on ``sim``; its report lines go to ``lines``."""
+    async with _PAYMENTS_ENV, ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        previous = os.environ.get("PAYMENTS_URL")
+        os.environ["PAYMENTS_URL"] = payments_url
+        try:
+            return await sweep(
+                client,
+                store,
+                str(sim.organization_id),
+                POLICY,
+                tools=StepTools.build([charge_card]),
+                report=lines.append,
+            )
+        finally:
+            if previous is None:
+                os.environ.pop("PAYMENTS_URL", None)
+            else:
+                os.environ["PAYMENTS_URL"] = previous
