@@ -7,6 +7,7 @@ submitted; the marker is stable across the step's retries.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ..client.rest import ChatClient
@@ -36,6 +37,15 @@ def chat_labels(workflow_id: str, step: int, deployment: str, store_id: str) -> 
 def owner_labels(deployment: str, store_id: str) -> dict[str, str]:
     """What every chat of one deployment and one store carries (the sweep's filter)."""
     return {LABEL_DEPLOYMENT: (deployment or "local")[:256], LABEL_STORE: store_id}
+
+
+_MARKER = re.compile(r"\[(.+?)/step-(\d+)\]")
+
+
+def marker_in(text: str) -> str | None:
+    """The step marker a prompt starts with, if any."""
+    found = _MARKER.match(text.lstrip())
+    return found.group(0) if found else None
 
 
 def marked(message: ChatMessage, marker: str) -> bool:

@@ -22,6 +22,11 @@ plain tool             run again (no ledger: allowed explicitly)      "no result
 unknown tool           "not available", as the live loop answers      "no result recorded"
 =====================  =============================================  ==========================
 
+A pause that belongs to another prompt than the step being recovered (a send
+that landed late, after its step was sent again) starts nothing new either: a
+call its own step already made with the same arguments gets that call's recorded
+outcome, anything else "not run".
+
 In ``resume`` mode the batch's verdict is journaled before anything is run or
 sent, so a crash anywhere in between leaves a verdict the next pass acts on.
 """
@@ -36,13 +41,18 @@ from ..errors import CoderApiError, CoderConfigError
 from ..protocol.models import ChatMessagePart
 from ..protocol.transcript import STRUCTURED_OUTPUT, call_args, to_transcript
 from .context import StepContext
-from .markers import count_attempts
-from .records import JournalEntry, JournalState, RecoveryReason, utcnow
+from .markers import count_attempts, marker_in
+from .records import JournalEntry, JournalState, RecoveryReason, args_digest, utcnow
+from .tools import LedgerBinding
 
 PAGE = 200
 Mode = Literal["resume", "retire"]
 
 NOT_RUN = "Not run: the workflow stopped before this call started, and its chat is being archived."
+NOT_RUN_LATE = (
+    "Not run: this prompt reached the chat a second time, late; the step's own turn "
+    "already handled it."
+)
 NO_RESULT = (
     "No result recorded: the workflow stopped before this call's result was kept, "
     "and its chat is being archived."
@@ -89,7 +99,8 @@ async def answer_pause(
     what never ran). ``retire``: answer without running anything new; when a committing
     effect cannot be re-driven here, submit nothing (the chat stays paused).
     """
-    calls = await pending_calls(ctx, chat_id)
+    pause = await pending_calls(ctx, chat_id)
+    calls = pause.calls
     if mode == "resume" and calls:
         attempts = await count_attempts(ctx.client, chat_id, ctx.marker)
         entry = JournalEntry(
@@ -98,26 +109,38 @@ async def answer_pause(
         await ctx.store.write_journal(ctx.fence, chat_id, entry)
     answer = PauseAnswer()
     for call in calls:
-        if mode == "resume":
+        if mode == "retire":
+            await _retire_answer(ctx, chat_id, call, answer)
+        elif pause.marker in (None, ctx.marker):
             await _resume_answer(ctx, chat_id, call, answer)
         else:
-            await _retire_answer(ctx, chat_id, call, answer)
+            await _late_answer(ctx, chat_id, call, answer, pause.marker)
     if answer.results and not answer.blocked:
         await _submit(ctx, chat_id, answer.results)
     return answer
 
 
-async def pending_calls(ctx: StepContext, chat_id: str) -> list[ChatMessagePart]:
+@dataclass
+class Pause:
+    """The calls a pause waits on, and the step marker of the prompt they answer."""
+
+    calls: list[ChatMessagePart]
+    marker: str | None
+
+
+async def pending_calls(ctx: StepContext, chat_id: str) -> Pause:
     """The calls the pause waits on: the last assistant message's unanswered tool calls.
 
     At a ``requires_action`` pause the server has finished its own tools of that
-    step, so every unanswered call left is a client call it waits on.
+    step, so every unanswered call left is a client call it waits on. Which prompt
+    they answer matters: a step's prompt that landed late, after the step was sent
+    again, runs a second turn whose calls are not this attempt's to act on.
     """
     page = await ctx.client.get_messages(chat_id, limit=PAGE)
     transcript = to_transcript(page.messages).messages
     last = next((m for m in reversed(transcript) if m.role == "assistant"), None)
     if last is None:
-        return []
+        return Pause([], None)
     answered = {
         p.tool_call_id
         for m in transcript
@@ -125,11 +148,13 @@ async def pending_calls(ctx: StepContext, chat_id: str) -> list[ChatMessagePart]
         for p in m.parts
         if p.type == "tool-result"
     }
-    return [
+    prompt = next((m for m in reversed(transcript) if m.role == "user" and m.id < last.id), None)
+    calls = [
         p
         for p in last.parts
         if p.type == "tool-call" and not p.provider_executed and p.tool_call_id not in answered
     ]
+    return Pause(calls, marker_in(prompt.text()) if prompt else None)
 
 
 async def _resume_answer(
@@ -175,10 +200,52 @@ async def _resume_answer(
     _add(answer, call_id, tool_output(output), False)
 
 
-async def _retire_answer(
-    ctx: StepContext, chat_id: str, call: ChatMessagePart, answer: PauseAnswer
+async def _late_answer(
+    ctx: StepContext, chat_id: str, call: ChatMessagePart, answer: PauseAnswer, marker: str
 ) -> None:
-    """Answer without starting anything new: the chat is about to be archived."""
+    """A pause of another attempt (a prompt that landed late): start nothing new.
+
+    A call its own step already made (same tool, same arguments) is answered with
+    that call's recorded outcome; anything else is answered "not run".
+    """
+    call_id, name = call.tool_call_id or "", call.tool_name or ""
+    durable = ctx.tools.durable.get(name)
+    entry = await ctx.store.get_tool(ctx.tenant, chat_id, call_id)
+    binding = LedgerBinding(ctx.store, ctx.fence, marker)
+    if entry is not None or durable is None:
+        await _retire_answer(ctx, chat_id, call, answer, binding, late=True)
+        return
+    try:
+        args = durable.tool.validate(call_args(call.args))
+    except ToolArgumentsError as exc:
+        _add(answer, call_id, str(exc), True)
+        return
+    digest = args_digest(args.model_dump(mode="json"))
+    prior = await durable.same_step_call(binding, chat_id, digest, exclude=call_id)
+    if prior is None:
+        answer.unanswered += 1
+        _add(answer, call_id, NOT_RUN_LATE, True)
+        return
+    output = prior.output if prior.state == "done" else await durable.redrive(binding, prior, args)
+    await ctx.store.claim_tool(
+        ctx.fence, chat_id, call_id, tool_name=name, marker=marker, args_digest=digest
+    )
+    await ctx.store.complete_tool(ctx.fence, chat_id, call_id, output=output)
+    answer.recorded += 1
+    _add(answer, call_id, output, False)
+
+
+async def _retire_answer(
+    ctx: StepContext,
+    chat_id: str,
+    call: ChatMessagePart,
+    answer: PauseAnswer,
+    binding: LedgerBinding | None = None,
+    *,
+    late: bool = False,
+) -> None:
+    """Answer without starting anything new (the chat is about to be archived, or the
+    pause is not this attempt's)."""
     call_id, name = call.tool_call_id or "", call.tool_name or ""
     entry = await ctx.store.get_tool(ctx.tenant, chat_id, call_id)
     durable = ctx.tools.durable.get(name)
@@ -195,12 +262,13 @@ async def _retire_answer(
             answer.blocked.append(call_id)  # never expected: it validated when it was claimed
             return
         answer.ran += 1
-        _add(answer, call_id, await durable.redrive(ctx.binding, entry, args), False)
+        _add(answer, call_id, await durable.redrive(binding or ctx.binding, entry, args), False)
     elif name == STRUCTURED_OUTPUT:
         _add(answer, call_id, {"ok": True}, False)
     else:
         answer.unanswered += 1
-        _add(answer, call_id, NOT_RUN if durable is not None else NO_RESULT, True)
+        unanswered = NOT_RUN if durable is not None else NO_RESULT
+        _add(answer, call_id, NOT_RUN_LATE if late else unanswered, True)
 
 
 def _add(answer: PauseAnswer, call_id: str, output: Any, is_error: bool) -> None:

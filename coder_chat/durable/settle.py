@@ -28,7 +28,7 @@ import asyncio
 from dataclasses import dataclass
 from datetime import datetime
 
-from ..errors import CoderChatError
+from ..errors import CoderChatError, CoderConfigError
 from .context import PINS_CUT_SHORT, StepContext
 from .markers import count_attempts
 from .reconcile import answer_pause, interrupt_quietly
@@ -85,6 +85,8 @@ async def _answer_pause(
     """The crash hit a client-tool pause: answer it; ``True`` when the attempt is cut."""
     verdict: JournalState = "cut-short" if pinned else "resumed"
     answer = await answer_pause(ctx, chat_id, "resume", reason=reason, verdict=verdict)
+    if answer.blocked:
+        raise CoderConfigError(f"chat {chat_id} is {answer.summary()}")
     if not answer.results:
         # Paused, yet no call is left unanswered in history: nothing can have run.
         await _interrupt(ctx, chat_id)

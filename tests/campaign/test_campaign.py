@@ -20,12 +20,6 @@ COUNT = 20
 pytestmark = [pytest.mark.timeout(1500), pytest.mark.usefixtures("prefect_api")]
 
 
-@pytest.mark.xfail(
-    reason="issue 9: on this code a re-run on a second machine resends finished steps, and "
-    "two parallel durable calls killed between them never finish; remove this mark with "
-    "the fix (strict: the slice passing fails the run, so the mark cannot outlive the bugs)",
-    strict=True,
-)
 async def test_a_seeded_fault_campaign_finds_no_violation(tmp_path: Path) -> None:
     api_url = str(prefect.settings.PREFECT_API_URL.value())
     options = CampaignOptions(seed=SEED, count=COUNT, parallel=3, workdir=tmp_path)

@@ -12,6 +12,7 @@ import pytest
 from coder_chat import ChatClient, ChatSession, CoderConfigError, CoderStreamError
 from coder_chat.durable.context import DurableOptions, StepContext, StepTools
 from coder_chat.durable.markers import LABEL_STEP, LABEL_STORE, LABEL_WORKFLOW, chat_labels
+from coder_chat.durable.reconcile import answer_pause
 from coder_chat.durable.records import JournalEntry
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.step import StepSpec, run_step
@@ -229,6 +230,29 @@ async def test_two_parallel_calls_one_booked_one_never_started(
     }
     assert [key.rsplit("/", 1)[-1] for _, key in CHARGES] == [never]  # only the unstarted ran
     assert "receipt-booked" in result.text and "receipt-1" in result.text
+
+
+async def test_a_late_prompts_pause_starts_nothing_new(sim: Simulator, store: SqliteStore) -> None:
+    """Step 1's prompt lands a second time (a send that arrived late) and its turn calls
+    the tool again; recovering step 2 meets that pause. The repeated call is answered
+    with step 1's recorded outcome and nothing is charged again."""
+    tenant = str(sim.organization_id)
+    CHARGES.clear()
+    prompt = 'pay /tool charge_card {"amount_cents": 400}'
+    tools = StepTools.build([charge_card])
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        fence = await store.begin_run(tenant, "wf-late")
+        step_1 = StepContext(client, store, fence, "wf-late", 1, tools, FAST)
+        first = await run_step(step_1, StepSpec(prompt=prompt))
+        await client.send_message(first.chat_id, f"{step_1.marker} {prompt}")  # the late one
+        await sim.wait_for_status(first.chat_id, "requires_action")
+        step_2 = StepContext(client, store, fence, "wf-late", 2, tools, FAST)
+        answer = await answer_pause(step_2, first.chat_id, "resume")
+        await sim.wait_for_status(first.chat_id, "waiting")
+    assert (answer.recorded, answer.ran, len(answer.results)) == (1, 0, 1)
+    assert answer.results[0]["output"] == "receipt-1" and len(CHARGES) == 1
+    entries = await store.list_tools(tenant, first.chat_id)
+    assert [e.marker for e in entries] == [step_1.marker] * 2  # both calls, step 1's
 
 
 SLOW_RUNS: list[str] = []
