@@ -33,7 +33,13 @@ from ..client.session import ChatSession
 from ..client.tools import ClientTool, structured_output_tool
 from ..errors import CoderApiError, CoderChatError, CoderConfigError, CoderError, CoderStreamError
 from ..protocol.models import Chat
-from ..protocol.transcript import final_text, structured_output, to_transcript
+from ..protocol.transcript import (
+    TranscriptMessage,
+    answered_by_server,
+    final_text,
+    structured_output,
+    to_transcript,
+)
 from .context import PINS_CUT_SHORT, StepContext
 from .markers import LABEL_WORKFLOW, chat_labels, count_attempts, owner_labels, read_tail
 from .records import JournalEntry, RecoveryReason, StepRecord, StepVerdict, prompt_digest, utcnow
@@ -225,6 +231,13 @@ async def recover(
         return None
     assert last_user is not None
     after = to_transcript(tail.after(last_user)).messages
+    if await _outcome_never_seen(ctx, chat_id, after):
+        ctx.report(
+            f"Step {ctx.step}: the earlier attempt finished without seeing what its tools did "
+            "(Coder answered the calls itself when its tool deadline passed); sending it "
+            "again with their recorded outcomes."
+        )
+        return None
     output = structured_output(after, spec.output_type) if spec.output_type else None
     if spec.output_type is not None and output is None:
         ctx.report(f"Step {ctx.step}: the earlier attempt filed no valid structured answer.")
@@ -235,6 +248,28 @@ async def recover(
         "and nothing is sent again."
     )
     return _Recovered(final_text(after, ctx.tools.names), output, cursor)
+
+
+async def _outcome_never_seen(
+    ctx: StepContext, chat_id: str, after: list[TranscriptMessage]
+) -> bool:
+    """Did a durable call of this step run, while the model only ever got Coder's own
+    "timed out" answer for it (and for every same-arguments call after it)?
+
+    Recovery that comes after Coder's tool deadline must still tell the model what
+    the tool did: such an attempt counts as cut short, and the step goes again with
+    the recorded outcomes (a repeated call is answered from the ledger).
+    """
+    entries = [e for e in await ctx.store.list_tools(ctx.tenant, chat_id) if e.marker == ctx.marker]
+    if not entries:
+        return False
+    results = [p for m in after for p in m.parts if p.type == "tool-result"]
+    seen = {p.tool_call_id for p in results if not answered_by_server(p)}
+    by_call: dict[str, set[str]] = {}
+    for entry in entries:
+        by_call.setdefault(entry.args_digest, set()).add(entry.tool_call_id)
+    asked = {p.tool_call_id for p in results}
+    return any(ids & asked and not ids & seen for ids in by_call.values())
 
 
 async def _created_with_this_step(ctx: StepContext, chat_id: str) -> bool:

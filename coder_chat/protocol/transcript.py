@@ -16,6 +16,21 @@ from pydantic import BaseModel, ValidationError
 from .models import ChatMessage, ChatMessagePart, ToolCallRequest
 
 STRUCTURED_OUTPUT = "structured_output"
+#: What Coder itself answers for a client call nobody answered: its tool deadline
+#: passed, or an interrupt (or a new message) cut the pause.
+SERVER_TOOL_ANSWERS = frozenset(
+    {
+        "Tool execution timed out",
+        "Tool execution interrupted by user",
+        "Tool execution interrupted by user message",
+    }
+)
+
+
+def answered_by_server(part: ChatMessagePart) -> bool:
+    """A tool result Coder wrote in the client's place: the model never saw the tool's own."""
+    return part.type == "tool-result" and bool(part.is_error) and part.result in SERVER_TOOL_ANSWERS
+
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -4,7 +4,9 @@ For each step, consecutive attempts (earlier, later) are classified from ground 
 
 - **cut short** (counted): the server accepted an interrupt of the earlier attempt's
   chat between the two, or that chat was seen in ``error``, or the earlier attempt
-  had no committed answer when the later one landed;
+  had no committed answer when the later one landed, or the server's tool deadline
+  answered one of its calls and no later answer of that tool reached the model (it
+  finished without seeing what its tool did);
 - **late** duplicate (counted): the journal, read when a run was killed, showed this
   step's send in flight on that chat, and both attempts landed past its horizon (one
   of them is that send, landing late: the window the contract leaves open);
@@ -14,10 +16,12 @@ For each step, consecutive attempts (earlier, later) are classified from ground 
 from __future__ import annotations
 
 import itertools
+from datetime import datetime
 from typing import Literal
 
 from coder_chat.durable.markers import step_marker
 from coder_chat.simulator import Simulator
+from coder_chat.simulator.engine import TIMED_OUT
 from coder_chat.simulator.state import Message
 
 from .drive import WorkflowOutcome
@@ -78,7 +82,28 @@ def cut_short(sim: Simulator, statuses: StatusLog, earlier: Message, later: Mess
         for i in sim.records.interrupts
     )
     unanswered = not reply_to(sim, earlier, until=end)
-    return interrupted or unanswered or statuses.errored_between(chat, start, end)
+    return (
+        interrupted
+        or unanswered
+        or statuses.errored_between(chat, start, end)
+        or timed_out_unseen(sim, chat, start, end)
+    )
+
+
+def timed_out_unseen(sim: Simulator, chat: str, start: datetime, end: datetime) -> bool:
+    """A call the server's deadline answered, with no real answer of that tool after it."""
+    window = [
+        r for r in sim.records.tool_results if str(r.chat_id) == chat and start <= r.at <= end
+    ]
+    return any(
+        r.synthetic
+        and r.output == TIMED_OUT
+        and not any(
+            not later.synthetic and later.tool_name == r.tool_name and later.at >= r.at
+            for later in window
+        )
+        for r in window
+    )
 
 
 def late_send(budget: list[InFlight], earlier: Message) -> InFlight | None:

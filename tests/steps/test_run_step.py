@@ -13,7 +13,7 @@ from coder_chat import ChatClient, ChatSession, CoderConfigError, CoderStreamErr
 from coder_chat.durable.context import DurableOptions, StepContext, StepTools
 from coder_chat.durable.markers import LABEL_STEP, LABEL_STORE, LABEL_WORKFLOW, chat_labels
 from coder_chat.durable.reconcile import answer_pause
-from coder_chat.durable.records import JournalEntry
+from coder_chat.durable.records import JournalEntry, args_digest
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.step import StepSpec, run_step
 from coder_chat.durable.tools import durable_tool
@@ -253,6 +253,53 @@ async def test_a_late_prompts_pause_starts_nothing_new(sim: Simulator, store: Sq
     assert answer.results[0]["output"] == "receipt-1" and len(CHARGES) == 1
     entries = await store.list_tools(tenant, first.chat_id)
     assert [e.marker for e in entries] == [step_1.marker] * 2  # both calls, step 1's
+
+
+async def test_an_attempt_that_never_saw_its_tools_outcome_goes_again(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    """The process died after the charge was booked; recovery came only after Coder's
+    tool deadline had answered the call, and the model's call again, with "timed out",
+    and the turn had finished. That attempt never saw what the tool did: the step goes
+    again and learns it from the ledger, and the card is not charged twice."""
+    tenant = str(sim.organization_id)
+    CHARGES.clear()
+    prompt = 'pay /tool charge_card {"amount_cents": 600}'
+    tools = StepTools.build([charge_card])
+    async with (
+        Wire(sim) as wire,
+        ChatClient(base_url=sim.base_url, token=sim.token) as client,
+    ):
+        fence = await store.begin_run(tenant, "wf-deadline-twice")
+        ctx = StepContext(client, store, fence, "wf-deadline-twice", 1, tools, FAST)
+        labels = chat_labels("wf-deadline-twice", 1, "local", await store.store_id())
+        declared = [
+            t.declaration().model_dump(exclude_none=True) for t in tools.for_session(ctx.binding)
+        ]
+        chat_id = str(
+            (
+                await wire.create(
+                    f"{ctx.marker} {prompt}", labels=labels, unsafe_dynamic_tools=declared
+                )
+            )["id"]
+        )
+        paused = await sim.wait_for_status(chat_id, "requires_action")
+        call = paused.pending_calls[0].tool_call_id
+        digest = args_digest(charge_card.tool.validate({"amount_cents": 600}).model_dump())
+        await store.claim_tool(
+            fence, chat_id, call, tool_name="charge_card", marker=ctx.marker, args_digest=digest
+        )
+        await store.complete_tool(fence, chat_id, call, output="receipt-booked")
+        await store.save_checkpoint(fence, chat_id, None)
+        for _ in range(2):  # the call, then the model's call again, both timed out
+            await sim.wait_for_status(chat_id, "requires_action")
+            sim.time_out_tools(chat_id)
+        await sim.wait_for_status(chat_id, "waiting")
+        result = await run_step(ctx, StepSpec(prompt=prompt))
+    assert result.verdict == "resubmitted"
+    assert "receipt-booked" in result.text and not CHARGES
+    users = [m.text() for m in sim.messages(chat_id) if m.role == "user"]
+    assert len(users) == 2 and "charge_card already ran for this step" in users[1]
 
 
 SLOW_RUNS: list[str] = []
