@@ -279,11 +279,12 @@ async def _submit(ctx: StepContext, chat_id: str, results: list[dict[str, Any]])
     try:
         await ctx.client.submit_tool_results(chat_id, results)
     except CoderApiError as exc:
-        # 409: the pause is over already (the server's tool deadline answered it, or an
-        # interrupt did); the settle poll sees what the run does next.
-        if exc.status != 409:
+        # 409: the pause is over already; 400: it is another pause by now (the server's
+        # tool deadline answered these calls and the model called again). Either way the
+        # settle poll sees what the run does next, and a new pause is answered afresh.
+        if exc.status not in (400, 409):
             raise
-        ctx.report(f"the pause on chat {chat_id} ended before the answers arrived ({exc.message})")
+        ctx.report(f"The pause on chat {chat_id} changed before the answers arrived ({exc}).")
 
 
 async def interrupt_quietly(ctx: StepContext, chat_id: str) -> int:

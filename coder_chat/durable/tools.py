@@ -99,7 +99,13 @@ class DurableTool:
     async def same_step_call(
         self, b: LedgerBinding, chat_id: str, digest: str, *, exclude: str
     ) -> LedgerEntry | None:
-        """An earlier call of this tool in this step with identical arguments."""
+        """An earlier call of this tool in this step with identical arguments.
+
+        Of several, a ``done`` one (its output is the effect's), else the *first*: a
+        later same-step call only ever re-drives an earlier one under the earlier's
+        key, so the first call's key is the only one the effect was ever applied
+        under; re-driving a later one's key could apply the effect a second time.
+        """
         entries = await b.store.list_tools(b.tenant, chat_id)
         matches = [
             e
@@ -111,7 +117,7 @@ class DurableTool:
         ]
         done = [e for e in matches if e.state == "done"]
         chosen = done or matches
-        return chosen[-1] if chosen else None
+        return chosen[0] if chosen else None
 
     async def redrive(self, b: LedgerBinding, entry: LedgerEntry, args: BaseModel) -> Any:
         """Run a ``committing`` entry's effect again under its own key, then record it done."""
