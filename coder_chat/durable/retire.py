@@ -14,6 +14,7 @@ import asyncio
 from dataclasses import dataclass
 
 from ..client.session import ChatSession
+from .bounded import within
 from .context import StepContext
 from .reconcile import answer_pause, interrupt_quietly
 from .settle import SETTLED
@@ -56,7 +57,7 @@ async def retire_chat(ctx: StepContext, chat_id: str) -> Retired:
 async def _stop_run(ctx: StepContext, chat_id: str) -> None:
     """Interrupt until the chat settles; bounded. A settled chat costs one read."""
     opts = ctx.options
-    async with asyncio.timeout(opts.interrupt_timeout + opts.archive_window):
+    async with within(opts.interrupt_timeout + opts.archive_window, "stopping the run", chat_id):
         while (await ctx.client.get_chat(chat_id)).status not in SETTLED:
             # Live, or paused again by a run our answers revived: nothing of this
             # pause has run (no process runs its tools), so interrupting loses nothing.

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from ..errors import CoderChatError, CoderConfigError
+from .bounded import within
 from .context import PINS_CUT_SHORT, StepContext
 from .markers import count_attempts
 from .reconcile import answer_pause, interrupt_quietly
@@ -44,7 +45,7 @@ class Settled:
 
 
 async def settle_wait(ctx: StepContext, chat_id: str, reason: RecoveryReason) -> Settled:
-    async with asyncio.timeout(ctx.options.interrupt_timeout):
+    async with within(ctx.options.interrupt_timeout, "reading the chat's state", chat_id):
         status = (await ctx.client.get_chat(chat_id)).status
         journaled = await _journaled(ctx, chat_id)
     pinned = reason in PINS_CUT_SHORT
@@ -107,7 +108,7 @@ async def _answer_pause(
 
 
 async def _interrupt(ctx: StepContext, chat_id: str) -> int:
-    async with asyncio.timeout(ctx.options.interrupt_timeout):
+    async with within(ctx.options.interrupt_timeout, "interrupting", chat_id):
         return await interrupt_quietly(ctx, chat_id)
 
 

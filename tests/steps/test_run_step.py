@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from coder_chat import ChatClient, ChatSession, CoderConfigError, CoderStreamError
+from coder_chat import (
+    ChatClient,
+    ChatSession,
+    CoderChatError,
+    CoderConfigError,
+    CoderStreamError,
+    is_retryable,
+)
 from coder_chat.durable.context import DurableOptions, StepContext, StepTools
 from coder_chat.durable.markers import LABEL_STEP, LABEL_STORE, LABEL_WORKFLOW, chat_labels
 from coder_chat.durable.reconcile import answer_pause
@@ -375,3 +382,28 @@ async def test_a_resubmitted_step_is_told_what_its_tools_already_did(
     users = [m.text() for m in sim.messages(first.chat_id) if m.role == "user"]
     assert len(users) == 3 and "charge_card already ran for this step" in users[2]
     assert len(CHARGES) == 1  # the resubmitted step's call was answered from the ledger
+
+
+async def test_a_recovery_read_that_runs_out_of_time_can_be_retried(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    """A chat read during recovery that outlasts its bound raises a retryable timeout
+    (a bare TimeoutError would end a Prefect task for good); the next try recovers."""
+    tenant = str(sim.organization_id)
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        fence = await store.begin_run(tenant, "wf-slow-read")
+        first = await run_step(
+            StepContext(client, store, fence, "wf-slow-read", 1, StepTools(), FAST),
+            StepSpec(prompt="plan it"),
+        )
+        tight = replace(FAST, interrupt_timeout=0.3)
+        ctx = StepContext(client, store, fence, "wf-slow-read", 2, StepTools(), tight)
+        await crashed_attempt(client, store, ctx, first.chat_id, "summarise")
+        await sim.wait_for_status(first.chat_id, "waiting")
+        sim.faults.hold("get_chat", "before")
+        with pytest.raises(CoderChatError) as raised:
+            await asyncio.wait_for(run_step(ctx, StepSpec(prompt="summarise")), timeout=30)
+        assert raised.value.kind == "timeout" and is_retryable(raised.value)
+        sim.faults.decide((await sim.faults.wait_held("get_chat")).id, "release")
+        recovered = await run_step(ctx, StepSpec(prompt="summarise"))
+    assert recovered.verdict == "recovered"
