@@ -41,8 +41,9 @@ class CoderCredentials(CredentialsBlock):
     _documentation_url: ClassVar[Any] = DOCS_URL
     _logo_url: ClassVar[Any] = LOGO_URL
 
+    # Required, so that a saved block's reference ({"$ref": ...}) can never also read as
+    # the block's own fields: Prefect refuses a parameter that matches both.
     base_url: str = Field(
-        default="",
         title="Base URL",
         description="URL of the Coder deployment, e.g. https://coder.example.com (empty: CODER_URL).",
     )
@@ -57,13 +58,19 @@ class CoderCredentials(CredentialsBlock):
         description="The organization the chats are created in (empty: CODER_ORG_ID).",
     )
 
+    @classmethod
+    def from_environment(cls) -> CoderCredentials:
+        """Credentials wholly from ``CODER_URL``, ``CODER_SESSION_TOKEN`` and ``CODER_ORG_ID``."""
+        return cls(base_url="")
+
     def resolved(self) -> tuple[str, str, str]:
         """``(base_url, token, organization_id)``, each from the block or the environment."""
+        token = self.token.get_secret_value()
+        if self.base_url and token and self.organization_id:
+            return self.base_url, token, self.organization_id  # every task asks: stay cheap
         env = CoderSettings()
         base_url = self.base_url or env.url
-        secret = self.token.get_secret_value() or (
-            env.session_token.get_secret_value() if env.session_token else ""
-        )
+        secret = token or (env.session_token.get_secret_value() if env.session_token else "")
         organization = self.organization_id or env.organization_id
         missing = [
             name

@@ -41,11 +41,16 @@ class SqliteLedger(Block):
     _logo_url: ClassVar[Any] = LOGO_URL
     _block_schema_capabilities: ClassVar[list[str]] = ["coder-ledger-store"]
 
+    # Required, so that a saved block's reference can never also read as its fields.
     path: str = Field(
-        default="",
         title="Path",
         description="The SQLite file (empty: PREFECT_CODER_SQLITE_PATH or ~/.prefect-coder/ledger.sqlite3).",
     )
+
+    @classmethod
+    def default(cls) -> SqliteLedger:
+        """The embedded store: ``PREFECT_CODER_SQLITE_PATH`` or ``~/.prefect-coder/ledger.sqlite3``."""
+        return cls(path="")
 
     def resolved_path(self) -> Path:
         return (

@@ -44,9 +44,9 @@ def runtime(credentials: CoderCredentials | None, ledger: Ledger | None) -> Runt
 
     Nothing here is closed by the task: the process keeps one of each (see ``blocks``).
     """
-    credentials = credentials or CoderCredentials()
+    credentials = credentials or CoderCredentials.from_environment()
     _, _, tenant = credentials.resolved()
-    store = (ledger or SqliteLedger()).get_store()
+    store = (ledger or SqliteLedger.default()).get_store()
     return Runtime(credentials.shared_client(on_transport_event=log_transport), store, tenant)
 
 

@@ -94,8 +94,12 @@ def test_credentials_fall_back_to_the_environment(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("CODER_URL", "http://coder.example")
     monkeypatch.setenv("CODER_SESSION_TOKEN", "env-token")
     monkeypatch.setenv("CODER_ORG_ID", "org-from-env")
-    assert CoderCredentials().resolved() == ("http://coder.example", "env-token", "org-from-env")
-    assert CoderCredentials(organization_id="explicit").resolved()[2] == "explicit"
+    assert CoderCredentials.from_environment().resolved() == (
+        "http://coder.example",
+        "env-token",
+        "org-from-env",
+    )
+    assert CoderCredentials(base_url="", organization_id="explicit").resolved()[2] == "explicit"
 
 
 def test_incomplete_credentials_say_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -109,7 +113,7 @@ def test_sqlite_path_falls_back_to_the_environment(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("PREFECT_CODER_SQLITE_PATH", str(tmp_path / "env.db"))
-    assert SqliteLedger().resolved_path() == tmp_path / "env.db"
+    assert SqliteLedger.default().resolved_path() == tmp_path / "env.db"
 
 
 @pytest.mark.usefixtures("prefect_api")
