@@ -9,17 +9,15 @@ from prefect.blocks.abstract import CredentialsBlock
 from pydantic import Field, SecretStr
 
 from coder_chat import ChatClient, ChatSession, CoderConfigError
+from coder_chat.client.events import TransportCallback
 from coder_chat.settings import CoderSettings
 
-DOCS_URL = "https://coder.com/docs"
+from ._project import DOCS_URL, LOGO_URL
+from ._shared import shared_client
 
 
 class CoderCredentials(CredentialsBlock):
     """Credentials for a Coder deployment's chat API (Coder Agents).
-
-    Empty fields fall back to the environment: ``CODER_URL``,
-    ``CODER_SESSION_TOKEN`` and ``CODER_ORG_ID``. The token is a secret: it is
-    never shown in the UI, a log line or a repr.
 
     Example:
         Load saved credentials and run a turn:
@@ -34,28 +32,38 @@ class CoderCredentials(CredentialsBlock):
 
     _block_type_name: ClassVar[str] = "Coder Credentials"
     _block_type_slug: ClassVar[str] = "prefect-coder-credentials"
+    _description: ClassVar[str] = (
+        "The address of a Coder deployment, a session token and the organization its chats "
+        "belong to: what every prefect-coder flow needs to reach Coder Agents. An empty field "
+        "falls back to the worker's environment (CODER_URL, CODER_SESSION_TOKEN, CODER_ORG_ID). "
+        "The token is a secret: it is never shown in the UI, a log line or a repr."
+    )
     _documentation_url: ClassVar[Any] = DOCS_URL
+    _logo_url: ClassVar[Any] = LOGO_URL
 
-    base_url: str | None = Field(
-        default=None,
+    base_url: str = Field(
+        default="",
         title="Base URL",
-        description="URL of the Coder deployment, e.g. https://coder.example.com (default: CODER_URL).",
+        description="URL of the Coder deployment, e.g. https://coder.example.com (empty: CODER_URL).",
     )
-    token: SecretStr | None = Field(
-        default=None,
-        description="Coder session token (default: CODER_SESSION_TOKEN).",
+    token: SecretStr = Field(
+        default=SecretStr(""),
+        title="Session token",
+        description="A Coder session token (empty: CODER_SESSION_TOKEN).",
     )
-    organization_id: str | None = Field(
-        default=None,
+    organization_id: str = Field(
+        default="",
         title="Organization ID",
-        description="Organization the chats are created in (default: CODER_ORG_ID).",
+        description="The organization the chats are created in (empty: CODER_ORG_ID).",
     )
 
     def resolved(self) -> tuple[str, str, str]:
         """``(base_url, token, organization_id)``, each from the block or the environment."""
         env = CoderSettings()
         base_url = self.base_url or env.url
-        secret = self.token or env.session_token
+        secret = self.token.get_secret_value() or (
+            env.session_token.get_secret_value() if env.session_token else ""
+        )
         organization = self.organization_id or env.organization_id
         missing = [
             name
@@ -68,13 +76,22 @@ class CoderCredentials(CredentialsBlock):
         ]
         if missing:
             raise CoderConfigError("Coder credentials are incomplete: set " + ", ".join(missing))
-        assert base_url and secret and organization
-        return base_url, secret.get_secret_value(), organization
+        assert base_url and organization
+        return base_url, secret, organization
 
     def get_client(self, **options: Any) -> ChatClient:
-        """A :class:`ChatClient` for this deployment (close it with ``aclose``)."""
+        """A new :class:`ChatClient` for this deployment (close it with ``aclose``)."""
         base_url, token, _ = self.resolved()
         return ChatClient(base_url=base_url, token=token, **options)
+
+    def shared_client(self, on_transport_event: TransportCallback | None = None) -> ChatClient:
+        """The client this process shares for these credentials on the running event loop.
+
+        Do not close it: it serves every task of the process (it closes when the process
+        exits). ``on_transport_event`` is used only by the call that creates it.
+        """
+        base_url, token, _ = self.resolved()
+        return shared_client(base_url, token, on_transport_event)
 
     def session(
         self,

@@ -6,42 +6,46 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from prefect.blocks.core import Block
-from pydantic import Field, PrivateAttr, SecretStr
+from pydantic import Field, SecretStr
 
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.store import DurableStore
 from coder_chat.settings import CoderSettings
 
-DOCS_URL = "https://coder.com/docs"
+from ._project import DOCS_URL, LOGO_URL
+from ._shared import shared_store
 
 
 class SqliteLedger(Block):
     """The embedded durable store: one SQLite file on this machine (the default).
-
-    Safe for several processes on one machine; use ``PostgresLedger`` when
-    workers on several machines share the work. An empty path means
-    ``PREFECT_CODER_SQLITE_PATH``, or ``~/.prefect-coder/ledger.sqlite3``.
 
     Example:
         Open the store of a saved block:
         ```python
         from blocks import SqliteLedger
 
-        ledger = SqliteLedger.load("BLOCK_NAME")
-        store = ledger.get_store()
+        store = SqliteLedger.load("BLOCK_NAME").get_store()
         ```
     """
 
     _block_type_name: ClassVar[str] = "Coder SQLite Ledger"
     _block_type_slug: ClassVar[str] = "prefect-coder-sqlite-ledger"
+    _description: ClassVar[str] = (
+        "Where prefect-coder keeps each workflow's checkpoint, journal, finished steps and "
+        "tool ledger: one SQLite file on the worker's machine. Safe for several processes on "
+        "one machine; use the Coder Postgres Ledger when workers on several machines share "
+        "the work. An empty path means PREFECT_CODER_SQLITE_PATH, or "
+        "~/.prefect-coder/ledger.sqlite3."
+    )
     _documentation_url: ClassVar[Any] = DOCS_URL
+    _logo_url: ClassVar[Any] = LOGO_URL
     _block_schema_capabilities: ClassVar[list[str]] = ["coder-ledger-store"]
 
-    path: str | None = Field(
-        default=None,
-        description="Path of the SQLite file (default: PREFECT_CODER_SQLITE_PATH or ~/.prefect-coder/ledger.sqlite3).",
+    path: str = Field(
+        default="",
+        title="Path",
+        description="The SQLite file (empty: PREFECT_CODER_SQLITE_PATH or ~/.prefect-coder/ledger.sqlite3).",
     )
-    _store: SqliteStore | None = PrivateAttr(default=None)
 
     def resolved_path(self) -> Path:
         return (
@@ -49,45 +53,56 @@ class SqliteLedger(Block):
         )
 
     def get_store(self) -> DurableStore:
-        """The store (one per block instance; it works from any event loop)."""
-        if self._store is None:
-            self._store = SqliteStore(self.resolved_path())
-        return self._store
+        """The store this process shares for this file (works from any event loop).
+
+        Do not close it: every task of the process uses it; it closes when the process exits.
+        """
+        path = self.resolved_path().resolve()
+        return shared_store(("sqlite", str(path)), lambda: SqliteStore(path))
 
 
 class PostgresLedger(Block):
-    """The shared durable store on PostgreSQL (asyncpg), for workers on several machines.
+    """The shared durable store on PostgreSQL, for workers on several machines.
 
     Example:
         Open the store of a saved block:
         ```python
         from blocks import PostgresLedger
 
-        ledger = PostgresLedger.load("BLOCK_NAME")
-        store = ledger.get_store()
+        store = PostgresLedger.load("BLOCK_NAME").get_store()
         ```
     """
 
     _block_type_name: ClassVar[str] = "Coder Postgres Ledger"
     _block_type_slug: ClassVar[str] = "prefect-coder-postgres-ledger"
+    _description: ClassVar[str] = (
+        "Where prefect-coder keeps each workflow's checkpoint, journal, finished steps and "
+        "tool ledger when workers on several machines share the work: tables in a PostgreSQL "
+        "schema, reached through one connection pool per worker process. The DSN holds a "
+        "password, so it is kept secret."
+    )
     _documentation_url: ClassVar[Any] = DOCS_URL
+    _logo_url: ClassVar[Any] = LOGO_URL
     _block_schema_capabilities: ClassVar[list[str]] = ["coder-ledger-store"]
 
     dsn: SecretStr = Field(
-        description="PostgreSQL DSN, e.g. postgresql://user:password@host:5432/db (kept secret).",
+        title="DSN",
+        description="PostgreSQL connection string, e.g. postgresql://user:password@host:5432/db.",
     )
     db_schema: str = Field(
         default="prefect_coder",
         title="Schema",
-        description="Database schema that holds the store's tables.",
+        description="The database schema that holds the store's tables.",
     )
-    _store: Any = PrivateAttr(default=None)
 
     def get_store(self) -> DurableStore:
-        """The store; its connection pools are created per event loop, on first use."""
-        if self._store is None:
-            from coder_chat.durable.postgres import PostgresStore
+        """The store this process shares for this database and schema (one pool per loop).
 
-            self._store = PostgresStore(self.dsn.get_secret_value(), schema=self.db_schema)
-        store: DurableStore = self._store
-        return store
+        Do not close it: every task of the process uses it; it closes when the process exits.
+        """
+        from coder_chat.durable.postgres import PostgresStore
+
+        dsn = self.dsn.get_secret_value()
+        return shared_store(
+            ("postgres", dsn, self.db_schema), lambda: PostgresStore(dsn, schema=self.db_schema)
+        )

@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from prefect import flow
 from prefect.runtime import deployment as current_deployment
-from prefect.runtime import flow_run as current_flow_run
 
+from blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from coder_chat.durable.records import WorkflowState
 from tasks import archive_chat
+from tasks.settings import WorkflowSettings
 from tasks.workflow import begin_workflow, finish_workflow
 
 
 @flow(name="archive-workflow")
 async def archive_workflow(
     workflow_id: str,
-    tools: list[str] | None = None,
+    tools: Sequence[str] = (),
     allow_plain_tools: bool = False,
-    credentials_block: str | None = None,
-    ledger_block: str | None = None,
+    credentials: CoderCredentials | None = None,
+    ledger: SqliteLedger | PostgresLedger | None = None,
 ) -> bool:
     """Archive the chat of ``workflow_id``; a paused client tool is reconciled first.
 
@@ -25,18 +28,14 @@ async def archive_workflow(
     out before its chat is archived. Returns whether a chat was archived.
     """
     deployment = current_deployment.name or "local"
-    _, epoch = await begin_workflow(
-        workflow_id, deployment, current_flow_run.id, credentials_block, ledger_block
-    )
+    began = await begin_workflow(workflow_id, deployment, None, credentials, ledger)
     archived = await archive_chat(
         workflow_id=workflow_id,
-        epoch=epoch,
+        epoch=began.epoch,
         tools=tools,
-        allow_plain_tools=allow_plain_tools,
-        credentials_block=credentials_block,
-        ledger_block=ledger_block,
+        settings=WorkflowSettings(allow_plain_tools=allow_plain_tools),
+        credentials=credentials,
+        ledger=ledger,
     )
-    await finish_workflow(
-        workflow_id, epoch, WorkflowState.FINISHED, credentials_block, ledger_block
-    )
+    await finish_workflow(workflow_id, began.epoch, WorkflowState.FINISHED, credentials, ledger)
     return archived

@@ -8,8 +8,12 @@ a pause from the ledger before that happens.
 
 from __future__ import annotations
 
-from prefect import flow, get_run_logger
+from collections.abc import Sequence
 
+from prefect import flow
+
+from blocks import CoderCredentials, PostgresLedger, SqliteLedger
+from tasks._runtime import run_log
 from tasks.sweep import relaunch_workflow, sweep_orphans
 
 
@@ -22,9 +26,9 @@ async def orphan_sweep(
     dry_run: bool = False,
     self_heal: bool = True,
     max_relaunches: int = 3,
-    tools: list[str] | None = None,
-    credentials_block: str | None = None,
-    ledger_block: str | None = None,
+    tools: Sequence[str] = (),
+    credentials: CoderCredentials | None = None,
+    ledger: SqliteLedger | PostgresLedger | None = None,
 ) -> dict[str, int]:
     """Sweep the chats and workflows of one durable-chat deployment.
 
@@ -39,8 +43,8 @@ async def orphan_sweep(
         self_heal: Relaunch stranded workflows from their deployment.
         max_relaunches: At most this many relaunches per workflow.
         tools: Durable tools (import paths) whose committing effects the sweep may re-drive.
-        credentials_block: A saved CoderCredentials block (default: the environment).
-        ledger_block: A saved ledger block (default: the embedded SQLite store).
+        credentials: Saved Coder credentials (none: the worker's environment).
+        ledger: The durable-chat deployment's store (none: the embedded SQLite store).
     """
     summary = await sweep_orphans(
         target_deployment,
@@ -49,8 +53,8 @@ async def orphan_sweep(
         stale_heartbeat_seconds,
         dry_run,
         tools,
-        credentials_block,
-        ledger_block,
+        credentials,
+        ledger,
     )
     relaunched = 0
     if self_heal and not dry_run:
@@ -58,8 +62,8 @@ async def orphan_sweep(
             if await relaunch_workflow(workflow, max_relaunches):
                 relaunched += 1
     elif summary.stranded:
-        get_run_logger().info(
-            f"{len(summary.stranded)} stranded workflow(s) left as they are (self-healing off)"
+        run_log().info(
+            f"{len(summary.stranded)} stranded workflow(s) left as they are (self-healing is off)."
         )
     acted = sum(1 for f in summary.findings if f["action"] not in ("kept", "too young"))
     return {

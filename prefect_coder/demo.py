@@ -99,9 +99,11 @@ async def run_demo() -> int:
                 "workflow_id": workflow_id,
                 "prompts": PROMPTS,
                 "tools": ["prefect_coder.demo_tools:charge_card"],
-                "request_timeout": 30,
-                "step_deadline": 60,
-                "heartbeat_interval": 5,
+                "settings": {
+                    "request_timeout_seconds": 30,
+                    "step_deadline_seconds": 60,
+                    "heartbeat_seconds": 5,
+                },
             }
             # The crash window: the card is charged, the result has not reached Coder.
             sim.faults.hold("tool_results", phase="before")

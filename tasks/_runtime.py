@@ -1,17 +1,20 @@
-"""What every task needs: blocks resolved by name, tools by import path, the retry rule."""
+"""What every task needs: the shared client and store, tools by import path, the retry rule."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import importlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from prefect.blocks.core import Block
+from prefect import get_run_logger
 from prefect.client.schemas.objects import State, TaskRun
 from prefect.context import TaskRunContext
+from prefect.exceptions import MissingContextError
+from prefect.logging.loggers import LoggingAdapter, PrefectLogAdapter
 from prefect.tasks import Task
 from pydantic import BaseModel
 
@@ -24,55 +27,53 @@ from coder_chat.durable.tools import DurableTool
 T = TypeVar("T")
 
 
-async def load_credentials(block_name: str | None) -> CoderCredentials:
-    """The named credentials block, or credentials from the environment."""
-    if not block_name:
-        return CoderCredentials()
-    block = await CoderCredentials.aload(block_name)
-    assert isinstance(block, CoderCredentials)
-    return block
+Ledger = SqliteLedger | PostgresLedger
 
 
-async def load_ledger(block_name: str | None) -> SqliteLedger | PostgresLedger:
-    """The named ledger block (``slug/name`` or a SqliteLedger name), or the embedded default."""
-    if not block_name:
-        return SqliteLedger()
-    block = (
-        await Block.aload(block_name) if "/" in block_name else await SqliteLedger.aload(block_name)
-    )
-    if not isinstance(block, SqliteLedger | PostgresLedger):
-        raise CoderConfigError(f"block {block_name!r} is not a Coder ledger block")
-    return block
+@dataclass(frozen=True)
+class Runtime:
+    """What a task works with: the process's shared client and store, and the tenant."""
+
+    client: ChatClient
+    store: DurableStore
+    tenant: str
 
 
-@contextlib.asynccontextmanager
-async def connected(
-    credentials_block: str | None,
-    ledger_block: str | None,
-    log: Callable[[str], None] | None = None,
-) -> AsyncIterator[tuple[ChatClient, DurableStore, str]]:
-    """A client and an open store for one task; both closed when it ends."""
-    credentials = await load_credentials(credentials_block)
+def runtime(credentials: CoderCredentials | None, ledger: Ledger | None) -> Runtime:
+    """The shared client and store for these blocks (the environment's when ``None``).
+
+    Nothing here is closed by the task: the process keeps one of each (see ``blocks``).
+    """
+    credentials = credentials or CoderCredentials()
     _, _, tenant = credentials.resolved()
-    store = (await load_ledger(ledger_block)).get_store()
-    client = credentials.get_client(on_transport_event=transport_logger(log) if log else None)
+    store = (ledger or SqliteLedger()).get_store()
+    return Runtime(credentials.shared_client(on_transport_event=log_transport), store, tenant)
+
+
+def run_log() -> LoggingAdapter:
+    """The run's logger, named ``prefect.{flow,task}_runs.coder`` so our lines stand apart
+    from Prefect's own (they reach the run's logs the same way)."""
+    adapter = get_run_logger()
+    assert isinstance(adapter, logging.LoggerAdapter)
+    own = logging.getLogger(f"{adapter.logger.name}.coder")
+    return PrefectLogAdapter(own, adapter.extra)
+
+
+def log_transport(event: TransportEvent) -> None:
+    """A transport event as a DEBUG line of the run it happened in (stream traffic left out)."""
+    if isinstance(event, WsEvent):
+        return
     try:
-        yield client, store, tenant
-    finally:
-        await client.aclose()
-        await store.close()
-
-
-def transport_logger(log: Callable[[str], None]) -> Callable[[TransportEvent], None]:
-    """Transport events as task-run log lines (per-event stream traffic is left out)."""
-
-    def emit(event: TransportEvent) -> None:
-        if isinstance(event, WsEvent):
-            return
-        fields = {k: v for k, v in vars(event).items() if k != "type" and v is not None}
-        log(f"{event.type} " + " ".join(f"{k}={v}" for k, v in fields.items()))
-
-    return emit
+        log = run_log()
+    except MissingContextError:
+        return
+    fields: dict[str, object] = {}
+    for name, value in vars(event).items():
+        if name == "duration" and isinstance(value, float):
+            fields["duration_ms"] = round(value * 1000, 1)
+        elif name != "type" and value is not None:
+            fields[name] = value
+    log.debug(f"{event.type} " + " ".join(f"{k}={v}" for k, v in fields.items()))
 
 
 def import_object(path: str) -> Any:
@@ -91,7 +92,7 @@ def import_object(path: str) -> Any:
     return target
 
 
-def import_tools(paths: list[str]) -> list[Any]:
+def import_tools(paths: Sequence[str]) -> list[Any]:
     tools = [import_object(p) for p in paths]
     for path, tool in zip(paths, tools, strict=True):
         if not isinstance(tool, DurableTool) and not asyncio.iscoroutinefunction(tool):

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
-from prefect import get_run_logger, task
+from prefect import task
+from prefect.logging.loggers import LoggingAdapter
 
+from blocks import CoderCredentials
 from coder_chat import ChatClient, CoderError
 from coder_chat.durable.context import DurableOptions, StepContext, StepTools
 from coder_chat.durable.records import Fence, WorkflowState
@@ -16,12 +18,15 @@ from coder_chat.durable.store import DurableStore
 
 from ._runtime import (
     RETRY_DELAYS,
-    connected,
+    Ledger,
     import_model,
     import_tools,
     retry_if_transient,
+    run_log,
+    runtime,
     with_retries,
 )
+from .settings import WorkflowSettings
 
 
 @task(
@@ -35,45 +40,38 @@ async def reconcile_chat(
     workflow_id: str,
     step: int,
     epoch: int,
-    tools: list[str] | None = None,
-    allow_plain_tools: bool = False,
-    output_schema: str | None = None,
-    credentials_block: str | None = None,
-    ledger_block: str | None = None,
-    options: DurableOptions | None = None,
+    tools: Sequence[str] = (),
+    output_schema: str = "",
+    settings: WorkflowSettings | None = None,
+    credentials: CoderCredentials | None = None,
+    ledger: Ledger | None = None,
 ) -> str:
     """Settle the workflow's chat and say whether step ``step`` finished (never resubmits).
 
     Returns ``"recovered"`` (the attempt finished; its result is in history),
     ``"unfinished"`` (a re-run would resubmit) or ``"no-chat"``.
     """
-    log = get_run_logger()
+    log = run_log()
+    settings = settings or WorkflowSettings()
     output_type = import_model(output_schema)
     step_tools = StepTools.build(
-        import_tools(tools or []), allow_plain=allow_plain_tools, output_type=output_type
+        import_tools(tools), allow_plain=settings.allow_plain_tools, output_type=output_type
     )
-    async with connected(credentials_block, ledger_block, log.debug) as (client, store, tenant):
-        workflow = await store.get_workflow(tenant, workflow_id)
-        if workflow is None or workflow.chat_id is None:
-            log.info(f"Workflow {workflow_id} has no chat; nothing to reconcile.")
-            return "no-chat"
-        fence = Fence(tenant=tenant, workflow_id=workflow_id, epoch=epoch)
-        ctx = StepContext(
-            client,
-            store,
-            fence,
-            workflow_id,
-            step,
-            step_tools,
-            options or DurableOptions(),
-            log.info,
-        )
-        recovered = await recover(
-            ctx, StepSpec(prompt="", output_type=output_type), workflow.chat_id, "hard_crash"
-        )
-        verdict = "unfinished" if recovered is None else "recovered"
-        log.info(f"Step {step} of {workflow_id} is {verdict}.")
-        return verdict
+    rt = runtime(credentials, ledger)
+    workflow = await rt.store.get_workflow(rt.tenant, workflow_id)
+    if workflow is None or workflow.chat_id is None:
+        log.info(f"Workflow {workflow_id} has no chat; nothing to reconcile.")
+        return "no-chat"
+    fence = Fence(tenant=rt.tenant, workflow_id=workflow_id, epoch=epoch)
+    ctx = StepContext(
+        rt.client, rt.store, fence, workflow_id, step, step_tools, settings.options(), log.info
+    )
+    recovered = await recover(
+        ctx, StepSpec(prompt="", output_type=output_type), workflow.chat_id, "hard_crash"
+    )
+    verdict = "unfinished" if recovered is None else "recovered"
+    log.info(f"Step {step} of {workflow_id} is {verdict}.")
+    return verdict
 
 
 @task(
@@ -86,24 +84,24 @@ async def reconcile_chat(
 async def archive_chat(
     workflow_id: str,
     epoch: int,
-    tools: list[str] | None = None,
-    allow_plain_tools: bool = False,
-    credentials_block: str | None = None,
-    ledger_block: str | None = None,
-    options: DurableOptions | None = None,
+    tools: Sequence[str] = (),
+    settings: WorkflowSettings | None = None,
+    credentials: CoderCredentials | None = None,
+    ledger: Ledger | None = None,
 ) -> bool:
     """Archive the workflow's chat, once: a paused tool is answered from the ledger first.
 
     Returns whether the chat is archived (``False`` when the workflow never made one).
     Already archived counts as done.
     """
-    log = get_run_logger()
-    step_tools = StepTools.build(import_tools(tools or []), allow_plain=allow_plain_tools)
-    async with connected(credentials_block, ledger_block, log.debug) as (client, store, tenant):
-        fence = Fence(tenant=tenant, workflow_id=workflow_id, epoch=epoch)
-        retired = await retire_workflow_chat(
-            client, store, fence, step_tools, options or DurableOptions(), log.info
-        )
+    log = run_log()
+    settings = settings or WorkflowSettings()
+    step_tools = StepTools.build(import_tools(tools), allow_plain=settings.allow_plain_tools)
+    rt = runtime(credentials, ledger)
+    fence = Fence(tenant=rt.tenant, workflow_id=workflow_id, epoch=epoch)
+    retired = await retire_workflow_chat(
+        rt.client, rt.store, fence, step_tools, settings.options(), log.info
+    )
     return retired is not None and retired.done
 
 
@@ -132,9 +130,19 @@ async def retire_workflow_chat(
     return retired
 
 
-async def end_failed_workflow(
-    params: dict[str, Any], flow_run_id: str, log: Any, archive: bool
-) -> None:
+@dataclass(frozen=True)
+class FailedWorkflow:
+    """What the failure hook knows of a workflow whose run failed for good."""
+
+    workflow_id: str
+    flow_run_id: str
+    tools: Sequence[str] = ()
+    settings: WorkflowSettings = field(default_factory=WorkflowSettings)
+    credentials: CoderCredentials | None = None
+    ledger: Ledger | None = None
+
+
+async def end_failed_workflow(failed: FailedWorkflow, log: LoggingAdapter) -> None:
     """A workflow's run failed for good: archive its chat if asked, and mark it FAILED.
 
     Marking it FAILED must not depend on anything else working: not on its tools
@@ -142,36 +150,31 @@ async def end_failed_workflow(
     answering, not on the first try of the store. The sweep never relaunches a
     FAILED workflow, and retires a chat left behind here.
     """
-    workflow_id = params["workflow_id"]
-    async with connected(params.get("credentials_block"), params.get("ledger_block")) as (
-        client,
-        store,
-        tenant,
-    ):
-        workflow = await with_retries(lambda: store.get_workflow(tenant, workflow_id))
-        if workflow is None or workflow.flow_run_id != flow_run_id:
-            log.info(f"A newer run owns workflow {workflow_id}; its chat is left to that run.")
-            return
-        fence = Fence(tenant=tenant, workflow_id=workflow_id, epoch=workflow.epoch)
-        if archive:
-            tools = _tools_if_they_import(params, log)
-            try:
-                await with_retries(
-                    lambda: retire_workflow_chat(
-                        client, store, fence, tools, DurableOptions(), log.info
-                    )
+    workflow_id = failed.workflow_id
+    rt = runtime(failed.credentials, failed.ledger)
+    workflow = await with_retries(lambda: rt.store.get_workflow(rt.tenant, workflow_id))
+    if workflow is None or workflow.flow_run_id != failed.flow_run_id:
+        log.info(f"A newer run owns workflow {workflow_id}; its chat is left to that run.")
+        return
+    fence = Fence(tenant=rt.tenant, workflow_id=workflow_id, epoch=workflow.epoch)
+    if failed.settings.archive_at_end:
+        tools = _tools_if_they_import(failed, log)
+        try:
+            await with_retries(
+                lambda: retire_workflow_chat(
+                    rt.client, rt.store, fence, tools, failed.settings.options(), log.info
                 )
-            except (CoderError, TimeoutError) as exc:
-                log.warning(f"Could not archive the chat of workflow {workflow_id}: {exc}")
-        await with_retries(lambda: store.finish(fence, WorkflowState.FAILED))
-        log.info(f"Workflow {workflow_id} is marked failed; the sweep will not relaunch it.")
+            )
+        except (CoderError, TimeoutError) as exc:
+            log.warning(f"Could not archive the chat of workflow {workflow_id}: {exc}")
+    await with_retries(lambda: rt.store.finish(fence, WorkflowState.FAILED))
+    log.info(f"Workflow {workflow_id} is marked failed; the sweep will not relaunch it.")
 
 
-def _tools_if_they_import(params: dict[str, Any], log: Any) -> StepTools:
+def _tools_if_they_import(failed: FailedWorkflow, log: LoggingAdapter) -> StepTools:
     try:
         return StepTools.build(
-            import_tools(params.get("tools") or []),
-            allow_plain=params.get("allow_plain_tools", False),
+            import_tools(failed.tools), allow_plain=failed.settings.allow_plain_tools
         )
     except CoderError as exc:
         log.warning(

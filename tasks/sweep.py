@@ -3,24 +3,27 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from prefect import get_run_logger, task
+from prefect import task
 from prefect.artifacts import acreate_table_artifact
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 from prefect.client.schemas.objects import StateType
 from prefect.deployments.flow_runs import arun_deployment
 from prefect.exceptions import ObjectNotFound
+from prefect.settings import PREFECT_UI_URL
 from pydantic import BaseModel
 
+from blocks import CoderCredentials
 from coder_chat.durable.context import StepTools
 from coder_chat.durable.records import WorkflowRecord, WorkflowState
 from coder_chat.durable.store import DurableStore
 from coder_chat.durable.sweep import SWEEP_WORKFLOW, SweepPolicy, mark_failed, sweep
 
-from ._runtime import RETRY_DELAYS, connected, import_tools, retry_if_transient
+from ._runtime import RETRY_DELAYS, Ledger, import_tools, retry_if_transient, run_log, runtime
+from .runs import run_name, slug
 
 #: A run that ended like this left its workflow unfinished: relaunch it.
 ENDED_BADLY = frozenset({"crashed", "cancelled", "gone"})
@@ -47,12 +50,12 @@ async def sweep_orphans(
     stuck_after: float,
     stale_heartbeat: float,
     dry_run: bool = False,
-    tools: list[str] | None = None,
-    credentials_block: str | None = None,
-    ledger_block: str | None = None,
+    tools: Sequence[str] = (),
+    credentials: CoderCredentials | None = None,
+    ledger: Ledger | None = None,
 ) -> SweepSummary:
     """List every chat of ``deployment``, retire orphans, interrupt stuck turns, find stranded workflows."""
-    log = get_run_logger()
+    log = run_log()
     policy = SweepPolicy(
         deployment=deployment,
         orphan_age=orphan_age,
@@ -60,36 +63,52 @@ async def sweep_orphans(
         stale_heartbeat=stale_heartbeat,
         dry_run=dry_run,
     )
-    step_tools = StepTools.build(import_tools(tools or []))
-    async with connected(credentials_block, ledger_block, log.debug) as (client, store, tenant):
-        report = await sweep(client, store, tenant, policy, step_tools, log.info)
-        running = await store.list_workflows(
-            tenant, deployment=deployment, states=[WorkflowState.RUNNING]
-        )
-        stranded = await _stranded(store, report.stranded, running, log.info)
+    step_tools = StepTools.build(import_tools(tools))
+    rt = runtime(credentials, ledger)
+    report = await sweep(rt.client, rt.store, rt.tenant, policy, step_tools, log.info)
+    running = await rt.store.list_workflows(
+        rt.tenant, deployment=deployment, states=[WorkflowState.RUNNING]
+    )
+    stranded = await _stranded(rt.store, report.stranded, running, log.info)
     findings = [vars(f) for f in report.findings]
-    table = [{k: str(v) for k, v in f.items()} for f in findings if f["action"] != "kept"]
-    if table or stranded:
-        rows = table + [
-            {
-                "chat_id": w.chat_id or "",
-                "status": "-",
-                "workflow_id": w.workflow_id,
-                "action": "relaunch",
-                "reason": "stranded",
-            }
-            for w in stranded.values()
-        ]
-        await acreate_table_artifact(
-            rows,
-            key=f"orphan-sweep-{_slug(deployment)}",
-            description="What the sweep found and did",
-        )
+    await _publish(deployment, report.chats_seen, findings, list(stranded.values()))
     log.info(
-        f"sweep of {deployment}: {report.chats_seen} chats, {len(report.acted())} acted on, {len(stranded)} stranded workflow(s)"
+        f"Sweep of {deployment}: {report.chats_seen} chat(s) seen, {len(report.acted())} "
+        f"acted on, {len(stranded)} stranded workflow(s)."
     )
     return SweepSummary(
         chats_seen=report.chats_seen, findings=findings, stranded=list(stranded.values())
+    )
+
+
+async def _publish(
+    deployment: str, chats_seen: int, findings: list[dict[str, Any]], stranded: list[WorkflowRecord]
+) -> None:
+    """The sweep's table artifact, every pass: what it did, or that there was nothing to do."""
+    rows = [{k: str(v) for k, v in f.items()} for f in findings if f["action"] != "kept"] + [
+        {
+            "chat_id": w.chat_id or "",
+            "status": "(workflow)",
+            "workflow_id": w.workflow_id,
+            "action": "relaunch",
+            "reason": "stranded",
+        }
+        for w in stranded
+    ]
+    if not rows:
+        rows = [
+            {
+                "chat_id": "",
+                "status": "",
+                "workflow_id": "",
+                "action": "nothing to do",
+                "reason": f"{chats_seen} chat(s) seen, none orphaned or stuck",
+            }
+        ]
+    await acreate_table_artifact(
+        rows,
+        key=f"orphan-sweep-{slug(deployment)}",
+        description=f"Orphan sweep of {deployment}: {chats_seen} chat(s) seen",
     )
 
 
@@ -144,7 +163,7 @@ async def relaunch_workflow(workflow: WorkflowRecord, max_relaunches: int = 3) -
     newer fencing epoch, so the old one cannot act even if it wakes up.
     Returns the new flow run id, or ``None`` when nothing was launched.
     """
-    log = get_run_logger()
+    log = run_log()
     if not workflow.flow_run_id:
         log.warning(f"workflow {workflow.workflow_id} has no flow run to relaunch from")
         return None
@@ -175,12 +194,18 @@ async def relaunch_workflow(workflow: WorkflowRecord, max_relaunches: int = 3) -
             client=client,
             parameters=last.parameters,
             tags=[tag],
+            flow_run_name=run_name(workflow.workflow_id, workflow.epoch + 1),
             timeout=0,
             as_subflow=False,
         )
-    log.info(f"relaunched workflow {workflow.workflow_id} as flow run {new.id}")
+    log.info(
+        f"Relaunched workflow {workflow.workflow_id} as flow run {new.name!r} "
+        f"({flow_run_url(new.id)}); it takes over from run {last.name!r}."
+    )
     return str(new.id)
 
 
-def _slug(text: str) -> str:
-    return "".join(c if c.isalnum() else "-" for c in text.lower())[:80]
+def flow_run_url(flow_run_id: uuid.UUID) -> str:
+    """The run's page in the Prefect UI, or its id when no UI address is configured."""
+    ui = PREFECT_UI_URL.value()
+    return f"{ui}/runs/flow-run/{flow_run_id}" if ui else str(flow_run_id)

@@ -10,20 +10,41 @@ machine that ran the step. Retries happen only for failures
 
 from __future__ import annotations
 
-from prefect import get_run_logger, task
+from collections.abc import Sequence
+
+from prefect import task
 from prefect.context import TaskRunContext
 
+from blocks import CoderCredentials
 from coder_chat import CoderConfigError
-from coder_chat.durable.context import DurableOptions, StepContext, StepTools
+from coder_chat.durable.context import StepContext, StepTools
 from coder_chat.durable.records import Fence
 from coder_chat.durable.step import StepResult, StepSpec, run_step
 
-from ._runtime import connected, import_model, import_tools, retry_if_transient, step_cache_key
+from ._runtime import (
+    Ledger,
+    import_model,
+    import_tools,
+    retry_if_transient,
+    run_log,
+    runtime,
+    step_cache_key,
+)
+from .settings import WorkflowSettings
+
+#: What each verdict means, for the step's log line.
+VERDICT_WORDS = {
+    "ran": "sent once and answered",
+    "recovered": "the crashed attempt had finished; its answer was read from the chat",
+    "resubmitted": "the earlier attempt was cut short, so it was sent again",
+    "stored": "finished in an earlier run; its answer came from the store",
+    "cached": "finished in an earlier run; its answer came from Prefect's result cache",
+}
 
 
 @task(
     name="run-turn",
-    task_run_name="turn {workflow_id} step {step}",
+    task_run_name="step {step} of {steps}",
     persist_result=True,
     result_serializer="json",
     cache_key_fn=step_cache_key,
@@ -35,54 +56,51 @@ async def run_turn(
     tenant: str,
     workflow_id: str,
     step: int,
+    steps: int,
     prompt: str,
     epoch: int,
-    tools: list[str] | None = None,
-    allow_plain_tools: bool = False,
-    output_schema: str | None = None,
-    system_prompt: str | None = None,
-    model: str | None = None,
-    workspace_id: str | None = None,
-    mcp_server_ids: list[str] | None = None,
+    tools: Sequence[str] = (),
+    output_schema: str = "",
+    settings: WorkflowSettings | None = None,
     deployment: str = "local",
     declare_structured_output: bool = False,
-    credentials_block: str | None = None,
-    ledger_block: str | None = None,
-    options: DurableOptions | None = None,
+    credentials: CoderCredentials | None = None,
+    ledger: Ledger | None = None,
 ) -> StepResult:
     """Run (or recover) step ``step`` of workflow ``workflow_id``."""
-    log = get_run_logger()
+    log = run_log()
+    settings = settings or WorkflowSettings()
     output_type = import_model(output_schema)
     step_tools = StepTools.build(
-        import_tools(tools or []), allow_plain=allow_plain_tools, output_type=output_type
+        import_tools(tools), allow_plain=settings.allow_plain_tools, output_type=output_type
     )
-    async with connected(credentials_block, ledger_block, log.debug) as (client, store, resolved):
-        if resolved != tenant:
-            raise CoderConfigError(f"credentials are for organization {resolved}, not {tenant}")
-        fence = Fence(tenant=tenant, workflow_id=workflow_id, epoch=epoch)
-        ctx = StepContext(
-            client,
-            store,
-            fence,
-            workflow_id,
-            step,
-            step_tools,
-            options or DurableOptions(),
-            log.info,
-            first_try=epoch == 1 and _first_try(),
-        )
-        spec = StepSpec(
-            prompt=prompt,
-            output_type=output_type,
-            system_prompt=system_prompt,
-            model=model,
-            workspace_id=workspace_id,
-            mcp_server_ids=list(mcp_server_ids or []),
-            deployment=deployment,
-            declare_structured_output=declare_structured_output or output_type is not None,
-        )
-        result = await run_step(ctx, spec)
-    log.info(f"Step {step}: {result.verdict} on chat {result.chat_id}.")
+    rt = runtime(credentials, ledger)
+    if rt.tenant != tenant:
+        raise CoderConfigError(f"credentials are for organization {rt.tenant}, not {tenant}")
+    ctx = StepContext(
+        rt.client,
+        rt.store,
+        Fence(tenant=tenant, workflow_id=workflow_id, epoch=epoch),
+        workflow_id,
+        step,
+        step_tools,
+        settings.options(),
+        log.info,
+        first_try=epoch == 1 and _first_try(),
+    )
+    spec = StepSpec(
+        prompt=prompt,
+        output_type=output_type,
+        system_prompt=settings.system_prompt or None,
+        model=settings.model or None,
+        workspace_id=settings.workspace_id or None,
+        mcp_server_ids=list(settings.mcp_server_ids),
+        deployment=deployment,
+        declare_structured_output=declare_structured_output or output_type is not None,
+    )
+    result = await run_step(ctx, spec)
+    if result.verdict != "stored":  # a stored step said so already
+        log.info(f"Step {step} of {steps}: {result.verdict} ({VERDICT_WORDS[result.verdict]}).")
     return result
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
+from dataclasses import dataclass
 
-from prefect import get_run_logger, task
+from prefect import task
 from prefect.artifacts import acreate_markdown_artifact
 
+from blocks import CoderCredentials
 from coder_chat import CoderError
 from coder_chat.durable.markers import step_marker
 from coder_chat.durable.records import Fence, WorkflowState
@@ -15,7 +16,18 @@ from coder_chat.durable.step import StepResult
 from coder_chat.durable.store import FencedOut
 from coder_chat.protocol.transcript import to_transcript
 
-from ._runtime import RETRY_DELAYS, connected, load_credentials, load_ledger, retry_if_transient
+from ._runtime import RETRY_DELAYS, Ledger, retry_if_transient, run_log, runtime
+from .runs import name_and_supersede, slug
+
+
+@dataclass(frozen=True)
+class Began:
+    """What ``begin_workflow`` hands the flow: who acts, with which epoch, replacing what."""
+
+    tenant: str
+    epoch: int
+    #: The name of the flow run this one replaces, when it stopped without finishing.
+    took_over_from: str | None = None
 
 
 @task(
@@ -29,28 +41,32 @@ async def begin_workflow(
     workflow_id: str,
     deployment: str,
     flow_run_id: str | None,
-    credentials_block: str | None = None,
-    ledger_block: str | None = None,
+    credentials: CoderCredentials | None = None,
+    ledger: Ledger | None = None,
     archive_at_end: bool = True,
-) -> tuple[str, int]:
+) -> Began:
     """Take the workflow's next epoch: from now on only this run may act for it.
 
-    Returns the tenant (organization id) and the epoch.
+    The flow run is named after the workflow and epoch, and the run it replaces (one
+    that stopped without finishing) is marked superseded.
     """
-    _, _, tenant = (await load_credentials(credentials_block)).resolved()
-    store = (await load_ledger(ledger_block)).get_store()
-    try:
-        fence = await store.begin_run(
-            tenant,
-            workflow_id,
-            deployment=deployment,
-            flow_run_id=flow_run_id,
-            archive_at_end=archive_at_end,
-        )
-    finally:
-        await store.close()
-    get_run_logger().info(f"Workflow {workflow_id}: this run holds epoch {fence.epoch}.")
-    return tenant, fence.epoch
+    log = run_log()
+    rt = runtime(credentials, ledger)
+    before = await rt.store.get_workflow(rt.tenant, workflow_id)
+    fence = await rt.store.begin_run(
+        rt.tenant,
+        workflow_id,
+        deployment=deployment,
+        flow_run_id=flow_run_id,
+        archive_at_end=archive_at_end,
+    )
+    previous = before.flow_run_id if before and before.state == WorkflowState.RUNNING else None
+    first = "its first run" if fence.epoch == 1 else f"run {fence.epoch}"
+    log.info(f"Workflow {workflow_id}: this is {first} (epoch {fence.epoch}).")
+    took_over = None
+    if flow_run_id is not None:
+        took_over = await name_and_supersede(workflow_id, fence.epoch, flow_run_id, previous, log)
+    return Began(rt.tenant, fence.epoch, took_over)
 
 
 @task(
@@ -64,23 +80,19 @@ async def finish_workflow(
     workflow_id: str,
     epoch: int,
     state: WorkflowState,
-    credentials_block: str | None = None,
-    ledger_block: str | None = None,
+    credentials: CoderCredentials | None = None,
+    ledger: Ledger | None = None,
 ) -> None:
-    _, _, tenant = (await load_credentials(credentials_block)).resolved()
-    store = (await load_ledger(ledger_block)).get_store()
-    try:
-        await store.finish(Fence(tenant=tenant, workflow_id=workflow_id, epoch=epoch), state)
-    finally:
-        await store.close()
+    rt = runtime(credentials, ledger)
+    await rt.store.finish(Fence(tenant=rt.tenant, workflow_id=workflow_id, epoch=epoch), state)
 
 
 async def heartbeat_forever(
     workflow_id: str,
     epoch: int,
     interval: float,
-    credentials_block: str | None = None,
-    ledger_block: str | None = None,
+    credentials: CoderCredentials | None = None,
+    ledger: Ledger | None = None,
 ) -> None:
     """Beat every ``interval`` seconds until cancelled; only a superseded run stops beating.
 
@@ -89,23 +101,18 @@ async def heartbeat_forever(
     restarting, say) is logged and tried again at the next one: stopping would make
     a healthy run look stranded and get it relaunched.
     """
-    log = get_run_logger()
-    _, _, tenant = (await load_credentials(credentials_block)).resolved()
-    store = (await load_ledger(ledger_block)).get_store()
-    fence = Fence(tenant=tenant, workflow_id=workflow_id, epoch=epoch)
-    try:
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await store.heartbeat(fence)
-            except FencedOut:
-                log.warning(f"A newer run took workflow {workflow_id}; this run stops beating.")
-                return
-            except CoderError as exc:
-                log.warning(f"Heartbeat of workflow {workflow_id} failed ({exc}); trying again.")
-    finally:
-        with contextlib.suppress(CoderError):
-            await asyncio.shield(store.close())
+    log = run_log()
+    rt = runtime(credentials, ledger)
+    fence = Fence(tenant=rt.tenant, workflow_id=workflow_id, epoch=epoch)
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await rt.store.heartbeat(fence)
+        except FencedOut:
+            log.warning(f"A newer run took workflow {workflow_id}; this run stops beating.")
+            return
+        except CoderError as exc:
+            log.warning(f"Heartbeat of workflow {workflow_id} failed ({exc}); trying again.")
 
 
 @task(
@@ -118,15 +125,15 @@ async def heartbeat_forever(
 async def publish_transcript(
     workflow_id: str,
     results: list[StepResult],
-    credentials_block: str | None = None,
-    ledger_block: str | None = None,
+    credentials: CoderCredentials | None = None,
+    ledger: Ledger | None = None,
 ) -> str | None:
     """A markdown artifact: the steps with their verdicts and attempts, then the transcript."""
     if not results:
         return None
     chat_id = results[-1].chat_id
-    async with connected(credentials_block, ledger_block) as (client, _, _tenant):
-        messages = [m async for m in client.iter_messages(chat_id)]
+    client = runtime(credentials, ledger).client
+    messages = [m async for m in client.iter_messages(chat_id)]
     attempts = [
         sum(
             1 for m in messages if m.role == "user" and step_marker(workflow_id, r.step) in m.text()
@@ -151,7 +158,7 @@ async def publish_transcript(
         if message.role in ("user", "assistant") and message.text():
             lines.append(f"**{message.role}**: {_cell(message.text(), 2000)}")
             lines.append("")
-    key = "coder-" + "".join(c if c.isalnum() else "-" for c in workflow_id.lower())[:90]
+    key = f"transcript-{slug(workflow_id)}"
     artifact = await acreate_markdown_artifact(
         markdown="\n".join(lines), key=key, description=f"Durable chat {workflow_id}"
     )

@@ -96,6 +96,11 @@ class ChatClient:
         await self._http.aclose()
 
     @property
+    def closed(self) -> bool:
+        """Whether :meth:`aclose` was called."""
+        return self._http.is_closed
+
+    @property
     def auth_headers(self) -> dict[str, str]:
         """Headers for a WebSocket upgrade (the token goes in a header, never the URL)."""
         return {TOKEN_HEADER: self._token}

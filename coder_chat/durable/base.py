@@ -135,6 +135,11 @@ class BaseStore(ABC):
         # The store may be used from several event loops, each on its own thread.
         self._commits_lock = threading.Lock()
         self._store_id: str | None = None
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     @abstractmethod
     async def _transact(self, doing: str, op: Op[T], *, write: bool) -> T:

@@ -289,7 +289,6 @@ class PostgresStore(BaseStore):
         self._pools: dict[asyncio.AbstractEventLoop, _LoopPool] = {}
         self._pools_lock = threading.Lock()
         self._migrated = False
-        self._closed = False
         self._sql = _Statements(f'"{schema}"')
 
     def __repr__(self) -> str:

@@ -54,15 +54,23 @@ async def settle_wait(ctx: StepContext, chat_id: str, reason: RecoveryReason) ->
         cut_short = journaled.state == "cut-short"
         if cut_short:
             await _interrupt(ctx, chat_id)
-        ctx.report(f"settle: honoured the journaled verdict {journaled.state!r}")
+        ctx.report(
+            f"Step {ctx.step}: the journal says the earlier attempt was {journaled.state}; following it."
+        )
     elif pinned:
         await _interrupt(ctx, chat_id)
         cut_short = True
-        ctx.report(f"settle: the attempt ended in a {reason}; interrupted what was left of it")
+        ctx.report(
+            f"Step {ctx.step}: the earlier attempt ended in a {_plain(reason)}; "
+            "stopped what was left of it on the chat."
+        )
     else:
         cut_short = status == "interrupting"
         if status not in SETTLED:
-            ctx.report(f"settle: the crashed attempt's run is {status}; letting it finish")
+            ctx.report(
+                f"Step {ctx.step}: the crashed attempt is still {status} on chat {chat_id}; "
+                "waiting for it to finish rather than sending again."
+            )
     if journaled is not None and journaled.state == "submitting":
         landed = await _sleep_out_horizon(ctx, chat_id, journaled)
         cut_short = cut_short or (not landed and journaled.attempt > 0)
@@ -90,9 +98,9 @@ async def _answer_pause(
     if not answer.results:
         # Paused, yet no call is left unanswered in history: nothing can have run.
         await _interrupt(ctx, chat_id)
-        ctx.report("settle: a pause with no pending call; interrupted it")
+        ctx.report(f"Step {ctx.step}: the chat was paused with no call left to answer; stopped it.")
         return True
-    ctx.report(f"settle: the attempt was paused on client tools; {answer.summary()}")
+    ctx.report(f"Step {ctx.step}: the chat was waiting on client tools; {answer.summary()}.")
     if pinned:
         await _interrupt(ctx, chat_id)
     return pinned
@@ -110,8 +118,8 @@ async def _sleep_out_horizon(ctx: StepContext, chat_id: str, entry: JournalEntry
         remaining = (horizon - utcnow()).total_seconds()
         if remaining > 0:
             ctx.report(
-                f"settle: a send may still be on its way; waiting {remaining:.1f}s "
-                "(its commit horizon) before deciding it never arrived"
+                f"Step {ctx.step}: the earlier prompt may still be on its way; waiting "
+                f"{remaining:.1f} s before deciding it never arrived."
             )
             await asyncio.sleep(remaining)
     return await count_attempts(ctx.client, chat_id, ctx.marker) > entry.attempt
@@ -126,7 +134,10 @@ async def _poll(ctx: StepContext, chat_id: str, cut_short: bool) -> Settled:
     except TimeoutError:
         if not clock.expired():
             raise
-    ctx.report(f"settle: the run was still going after {opts.settle_timeout:.0f}s; interrupting it")
+    ctx.report(
+        f"Step {ctx.step}: the crashed attempt was still going after "
+        f"{opts.settle_timeout:.0f} s; stopping it."
+    )
     await _interrupt(ctx, chat_id)
     try:
         async with asyncio.timeout(opts.interrupt_timeout) as clock:
@@ -151,3 +162,8 @@ async def _until_settled(ctx: StepContext, chat_id: str, cut_short: bool) -> str
             # A cut attempt paused again: no process runs its tools, nothing ran; stop it.
             await interrupt_quietly(ctx, chat_id)
         await asyncio.sleep(ctx.options.poll_interval)
+
+
+def _plain(reason: RecoveryReason) -> str:
+    """A recovery reason as words for a log line (``step_timeout`` → ``step timeout``)."""
+    return reason.replace("_", " ")

@@ -78,7 +78,6 @@ class SqliteStore(BaseStore):
             max_workers=1, thread_name_prefix="prefect-coder-sqlite"
         )
         self._local = threading.local()
-        self._closed = False
 
     def __repr__(self) -> str:
         return f"SqliteStore(path={str(self.path)!r})"

@@ -66,13 +66,13 @@ class Arena:
             "workflow_id": plan.workflow_id,
             "prompts": plan.prompts,
             "tools": [CHARGE_CARD],
-            "request_timeout": REQUEST_TIMEOUT,
-            "step_deadline": STEP_DEADLINE,
+            "request_timeout_seconds": REQUEST_TIMEOUT,
+            "step_deadline_seconds": STEP_DEADLINE,
         }
         if plan.output_schemas:
             params["output_schemas"] = plan.output_schemas
         if self.site.ledger_block:
-            params["ledger_block"] = self.site.ledger_block
+            params["ledger"] = self.site.ledger_block
         return params
 
     def machine_env(self, run: int) -> dict[str, str]:

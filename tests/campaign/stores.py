@@ -3,7 +3,7 @@
 A Postgres schedule gets a :class:`~tests.pgcluster.PgCluster` of its own for its
 duration (from a pool: one server per schedule running at once, so restarting it
 disturbs no other schedule), a fresh schema, and a ``PostgresLedger`` block saved
-in the Prefect API that its children name as ``ledger_block``.
+in the Prefect API that its children name as their ``ledger``.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ class StoreSite:
     sqlite_path: Path
     cluster: PgCluster | None = None
     schema: str = ""
-    #: What children pass as ``ledger_block`` (``None``: the SQLite file of their environment).
+    #: What children pass as ``ledger`` (``None``: the SQLite file of their environment).
     ledger_block: str | None = None
 
     @classmethod

@@ -25,8 +25,23 @@ GO = "go"
 async def run(params: dict[str, Any]) -> list[dict[str, Any]]:
     from flows.durable_chat import durable_chat
 
-    results = await durable_chat(**params)
+    results = await durable_chat(**await flow_params(params))
     return [r.model_dump(mode="json") for r in results]
+
+
+async def flow_params(params: dict[str, Any]) -> dict[str, Any]:
+    """Tests write the settings' fields beside the others and a ledger as a saved
+    block's ``slug/name``: here they become ``settings`` and the loaded block."""
+    from prefect.blocks.core import Block
+
+    from tasks.settings import WorkflowSettings
+
+    fields = WorkflowSettings.model_fields
+    flat = {k: v for k, v in params.items() if k not in fields}
+    flat["settings"] = {k: v for k, v in params.items() if k in fields}
+    if isinstance(flat.get("ledger"), str):
+        flat["ledger"] = await Block.aload(flat["ledger"])
+    return flat
 
 
 def main(argv: list[str]) -> int:

@@ -177,8 +177,8 @@ class CrashLab:
         parameters (and ``env``) takes one of them (still a process that has done
         nothing yet).
         """
-        params.setdefault("request_timeout", 10.0)
-        params.setdefault("step_deadline", 60.0)
+        params.setdefault("request_timeout_seconds", 10.0)
+        params.setdefault("step_deadline_seconds", 60.0)
         key = json.dumps(params, sort_keys=True)
         overrides = json.dumps(dict(env or {}), sort_keys=True)
         spare = next(

@@ -41,8 +41,8 @@ async def test_a_rerun_on_another_machine_resends_no_finished_step(
         "workflow_id": wf,
         "prompts": prompts,
         "tools": [CHARGE_CARD],
-        "request_timeout": 10.0,
-        "step_deadline": 60.0,
+        "request_timeout_seconds": 10.0,
+        "step_deadline_seconds": 60.0,
     }
     lab.payments.hold("after")
     first = await lab.start(**params)

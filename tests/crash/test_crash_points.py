@@ -156,7 +156,7 @@ async def test_point_4_prompt_sent_turn_still_running(lab: CrashLab, overrun: bo
     sim, wf = lab.sim, f"wf-crash-4-{overrun}"
     params: dict[str, Any] = {"workflow_id": wf, "prompts": PROMPTS}
     if overrun:
-        params["step_deadline"] = 4.0
+        params["step_deadline_seconds"] = 4.0
     sim.faults.hold("send_message", "before")  # step 2's send: the first send of the workflow
     first = await lab.start(**params, reruns=1)
     held = await lab.held(sim.faults.wait_held("send_message", timeout=90), first, "send held")
@@ -450,7 +450,7 @@ async def test_tool_deadline_passed_before_recovery(lab: CrashLab) -> None:
 
 async def test_point_10_send_lands_after_the_process_died(lab: CrashLab) -> None:
     sim, wf = lab.sim, "wf-crash-10"
-    params: dict[str, Any] = {"workflow_id": wf, "prompts": PROMPTS, "request_timeout": 4.0}
+    params: dict[str, Any] = {"workflow_id": wf, "prompts": PROMPTS, "request_timeout_seconds": 4.0}
     sim.faults.hold("send_message", "before")
     first = await lab.start(**params, reruns=1)
     held = await lab.held(sim.faults.wait_held("send_message", timeout=90), first, "send held")

@@ -12,8 +12,12 @@ from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
 from flows.archive_workflow import archive_workflow
 from flows.durable_chat import durable_chat
+from tasks.settings import WorkflowSettings
 
 from .example_tools import CHARGES
+
+#: Settings of a workflow that keeps its chat (a later run adds steps to it).
+KEEP_CHAT = WorkflowSettings(archive_at_end=False)
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -39,8 +43,8 @@ async def test_three_steps_with_a_durable_tool_and_structured_output(
             '/json {"verdict": "done", "score": 0.9}',
         ],
         tools=["tests.flows.example_tools:charge_card"],
-        output_schemas=[None, None, "tests.flows.example_tools:Verdict"],
-        heartbeat_interval=0.2,
+        output_schemas=["", "", "tests.flows.example_tools:Verdict"],
+        settings=WorkflowSettings(heartbeat_seconds=0.2),
     )
     assert [r.verdict for r in results] == ["ran", "ran", "ran"]
     # The workflow's first run, each step's first try: no orphan search and no history
@@ -59,7 +63,7 @@ async def test_three_steps_with_a_durable_tool_and_structured_output(
     assert record is not None and record.state == "finished" and record.chat_id == chat.id.__str__()
     async with get_client() as client:
         artifact = await client.read_latest_artifacts()
-    markdown = [a for a in artifact if a.key == "coder-wf-flow-1"]
+    markdown = [a for a in artifact if a.key == "transcript-wf-flow-1"]
     assert markdown, artifact
     table = str(markdown[0].data)
     assert "| 2 | ran | 1 |" in table, table
@@ -69,9 +73,9 @@ async def test_a_rerun_of_the_same_workflow_skips_finished_steps(
     sim: Simulator, coder_env: Path
 ) -> None:
     prompts = ["first", "second"]
-    first = await durable_chat(workflow_id="wf-flow-2", prompts=prompts, archive_at_end=False)
+    first = await durable_chat(workflow_id="wf-flow-2", prompts=prompts, settings=KEEP_CHAT)
     messages = len(sim.messages(first[0].chat_id))
-    again = await durable_chat(workflow_id="wf-flow-2", prompts=prompts, archive_at_end=False)
+    again = await durable_chat(workflow_id="wf-flow-2", prompts=prompts, settings=KEEP_CHAT)
     assert [r.text for r in again] == [r.text for r in first]
     assert [r.verdict for r in again] == ["cached", "cached"]  # Prefect's cache answered
     assert len(sim.messages(first[0].chat_id)) == messages  # nothing was sent again
@@ -88,13 +92,13 @@ async def test_plain_tools_need_the_explicit_flag(sim: Simulator, coder_env: Pat
         workflow_id="wf-flow-4",
         prompts=['find /tool plain_lookup {"query": "q"}'],
         tools=["tests.flows.example_tools:plain_lookup"],
-        allow_plain_tools=True,
+        settings=WorkflowSettings(allow_plain_tools=True),
     )
     assert "found q" in results[0].text
 
 
 async def test_archive_workflow_archives_once(sim: Simulator, coder_env: Path) -> None:
-    results = await durable_chat(workflow_id="wf-flow-5", prompts=["hi"], archive_at_end=False)
+    results = await durable_chat(workflow_id="wf-flow-5", prompts=["hi"], settings=KEEP_CHAT)
     assert not sim.chat(results[0].chat_id).archived
     assert await archive_workflow(workflow_id="wf-flow-5") is True
     assert sim.chat(results[0].chat_id).archived

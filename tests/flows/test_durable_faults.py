@@ -9,8 +9,12 @@ import pytest
 
 from coder_chat.simulator import Simulator
 from flows.durable_chat import durable_chat
+from tasks.settings import WorkflowSettings
 
 from .example_tools import CHARGES
+
+#: Settings of a workflow that keeps its chat (a later run adds steps to it).
+KEEP_CHAT = WorkflowSettings(archive_at_end=False)
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -54,7 +58,7 @@ async def test_5xx_and_429_bursts_on_reads_and_on_the_send(sim: Simulator, coder
     sim.faults.fail_next("get_messages", 503, count=2)
     sim.faults.fail_next("list_chats", 429, count=1)
     results = await durable_chat(
-        workflow_id="wf-bursts", prompts=["first", CHARGE], tools=TOOLS, archive_at_end=False
+        workflow_id="wf-bursts", prompts=["first", CHARGE], tools=TOOLS, settings=KEEP_CHAT
     )
     chat_id = results[0].chat_id
     # The send itself fails once: the task retries; recovery sees it never landed.
@@ -69,15 +73,14 @@ async def test_5xx_and_429_bursts_on_reads_and_on_the_send(sim: Simulator, coder
 
 
 async def test_a_segment_timeout_is_retried_after_settling(sim: Simulator, coder_env: Path) -> None:
-    first = await durable_chat(workflow_id="wf-timeout", prompts=["warm up"], archive_at_end=False)
+    first = await durable_chat(workflow_id="wf-timeout", prompts=["warm up"], settings=KEEP_CHAT)
     # The stream cannot be opened for a while: the segment's clock runs out while
     # the client backs off (redials never reset it), and the task is retried.
     sim.faults.fail_next("stream", 503, count=3)
     results = await durable_chat(
         workflow_id="wf-timeout",
         prompts=["warm up", "second"],
-        request_timeout=1.5,
-        step_deadline=30,
+        settings=WorkflowSettings(request_timeout_seconds=1.5, step_deadline_seconds=30),
     )
     chat_id = first[0].chat_id
     # The timed-out attempt may have finished server-side, but the timeout already

@@ -19,6 +19,7 @@ from coder_chat.durable.postgres import PostgresStore
 from coder_chat.durable.records import WorkflowState
 from coder_chat.simulator import Simulator
 from flows.durable_chat import durable_chat
+from tasks.settings import WorkflowSettings
 from tests.pgcluster import PgCluster
 
 from .example_tools import CHARGES
@@ -76,10 +77,10 @@ async def test_a_store_outage_inside_a_task_does_not_fail_the_workflow(
             workflow_id=wf,
             prompts=PROMPTS,
             tools=TOOLS,
-            ledger_block=ledger,
-            heartbeat_interval=0.2,
-            request_timeout=10,
-            step_deadline=60,
+            ledger=await PostgresLedger.aload(ledger.split("/", 1)[1]),
+            settings=WorkflowSettings(
+                heartbeat_seconds=0.2, request_timeout_seconds=10, step_deadline_seconds=60
+            ),
         )
     )
     if route is None:

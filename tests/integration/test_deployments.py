@@ -60,6 +60,7 @@ from coder_chat.durable.step import StepResult
 from coder_chat.simulator import Simulator, SimulatorConfig, serve_simulator
 from coder_chat.simulator.state import Chat
 from prefect_coder.payments import serve_payments
+from tasks.runs import run_name, slug
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(sys.executable).parent / "prefect")
@@ -464,9 +465,11 @@ async def with_deployments(
                     "say goodbye",
                 ],
                 "tools": [CHARGE_CARD],
-                "request_timeout": 30.0,
-                "step_deadline": 60.0,
-                "heartbeat_interval": 1.0,
+                "settings": {
+                    "request_timeout_seconds": 30.0,
+                    "step_deadline_seconds": 60.0,
+                    "heartbeat_seconds": 1.0,
+                },
             }
             first = await start_worker("worker-1")
             sim.faults.hold("tool_results", phase="before")
@@ -504,10 +507,12 @@ async def with_deployments(
             live_params: dict[str, Any] = {
                 "workflow_id": live_id,
                 "prompts": ["hello", f"/sleep {LIVE_TURN_SECONDS} take your time"],
-                "request_timeout": 120.0,
-                "step_deadline": 180.0,
-                "heartbeat_interval": 1.0,
-                "archive_at_end": False,
+                "settings": {
+                    "request_timeout_seconds": 120.0,
+                    "step_deadline_seconds": 180.0,
+                    "heartbeat_seconds": 1.0,
+                    "archive_at_end": False,
+                },
             }
             live_run = await client.create_flow_run_from_deployment(
                 durable.id, parameters=live_params
@@ -582,6 +587,14 @@ async def with_deployments(
             assert record.state == WorkflowState.FINISHED and record.epoch == 2
             assert record.chat_id == str(orphan.id)
             assert record.flow_run_id == str(relaunch.id)
+            # The runs say what became of them: the relaunch is named by workflow and
+            # epoch, and the dead run it replaced is superseded, naming its successor.
+            assert done.name == run_name(crashed_id, 2)
+            dead = await client.read_flow_run(crashed_run.id)
+            assert dead.state is not None and dead.state.type == StateType.CANCELLED, dead.state
+            assert dead.state.name == "Superseded"
+            assert run_name(crashed_id, 2) in (dead.state.message or "")
+            assert any("superseded by run" in line for line in await flow_run_logs(client, dead.id))
 
             # Every tool effect once: one charge, under the orphan's ledger key.
             [key] = payments.applied
@@ -628,17 +641,17 @@ async def turn_results(client: PrefectClient, run_id: uuid.UUID) -> list[Any]:
         flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run_id]))
     )
     turns = sorted(
-        (t for t in task_runs if t.name.startswith("turn ")),
-        key=lambda t: int(t.name.rsplit(" ", 1)[-1]),
+        (t for t in task_runs if t.name.startswith("step ")),
+        key=lambda t: int(t.name.split()[1]),
     )
     # One task run per step (Prefect's retries of a step stay inside its task run).
-    assert [int(t.name.rsplit(" ", 1)[-1]) for t in turns] == [1, 2, 3], turns
+    assert [t.name for t in turns] == ["step 1 of 3", "step 2 of 3", "step 3 of 3"], turns
     return [await t.state.aresult() for t in turns if t.state is not None]
 
 
 async def transcript_verdicts(client: PrefectClient, workflow_id: str) -> list[tuple[str, ...]]:
     """(step, verdict, attempts) per row of the run's published transcript artifact."""
-    key = "coder-" + "".join(c if c.isalnum() else "-" for c in workflow_id.lower())[:90]
+    key = f"transcript-{slug(workflow_id)}"
     artifacts = await client.read_artifacts(
         artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
     )

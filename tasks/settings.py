@@ -1,0 +1,62 @@
+"""``WorkflowSettings``: how a durable chat's steps run, as one parameter of the run form."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from coder_chat.durable.context import DurableOptions
+
+
+class WorkflowSettings(BaseModel):
+    """The chat's setup and each step's limits; every field has a default that serves."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    system_prompt: str = Field(default="", title="System prompt", description="Empty: Coder's.")
+    model: str = Field(
+        default="",
+        title="Model",
+        description="A model config id, provider:model, or display name (empty: Coder's default).",
+    )
+    workspace_id: str = Field(
+        default="", title="Workspace ID", description="A Coder workspace to bind the chat to."
+    )
+    mcp_server_ids: list[str] = Field(
+        default_factory=list, title="MCP server IDs", description="MCP servers the chat may use."
+    )
+    allow_plain_tools: bool = Field(
+        default=False,
+        title="Allow plain tools",
+        description="Accept plain async functions as tools; their effects may run again after a crash.",
+    )
+    request_timeout_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        title="Request timeout (seconds)",
+        description="How long each segment of a turn may take.",
+    )
+    step_deadline_seconds: float = Field(
+        default=600.0,
+        gt=0,
+        title="Step deadline (seconds)",
+        description="How long a whole step may take; a run a crash left going gets as long to finish.",
+    )
+    heartbeat_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        title="Heartbeat interval (seconds)",
+        description="How often the run tells the orphan sweep it is alive.",
+    )
+    archive_at_end: bool = Field(
+        default=True,
+        title="Archive at end",
+        description="Archive the chat when the workflow ends or definitively fails.",
+    )
+
+    def options(self) -> DurableOptions:
+        """The durable layer's limits for these settings."""
+        return DurableOptions(
+            request_timeout=self.request_timeout_seconds,
+            step_deadline=self.step_deadline_seconds,
+            settle_timeout=self.step_deadline_seconds,
+        )

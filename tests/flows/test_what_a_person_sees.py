@@ -1,0 +1,159 @@
+"""What a person reads in Prefect after a durable_chat run: a few plain log lines, the
+transport at DEBUG, a named run with a progress artifact, a superseded run that says
+so, and a sweep artifact even when the sweep had nothing to do."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+from prefect.client.orchestration import PrefectClient, get_client
+from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+from prefect.client.schemas.objects import Log, StateType
+from prefect.logging.handlers import APILogHandler
+from prefect.states import Running
+
+from coder_chat.durable.sqlite import SqliteStore
+from coder_chat.simulator import Simulator
+from flows.durable_chat import durable_chat
+from flows.orphan_sweep import orphan_sweep
+from tasks.runs import run_name
+from tasks.settings import WorkflowSettings
+
+from .example_tools import CHARGES
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+
+TOOLS = ["tests.flows.example_tools:charge_card"]
+PROMPTS = [
+    "plan the refund",
+    'charge it /tool charge_card {"amount_cents": 700}',
+    "write the receipt",
+]
+#: Our own lines, as opposed to the ones Prefect's engine writes for every run.
+OWN = re.compile(r"^prefect\.(flow|task)_runs\.coder$")
+
+
+@pytest.fixture
+def coder_env(sim: Simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    for name, value in sim.env().items():
+        monkeypatch.setenv(name, value)
+    db = tmp_path / "ledger.sqlite3"
+    monkeypatch.setenv("PREFECT_CODER_SQLITE_PATH", str(db))
+    yield db
+
+
+@pytest.fixture
+def debug_lines() -> Iterator[None]:
+    """Let our DEBUG lines reach the API, as a person debugging a run would."""
+    logger = logging.getLogger("prefect.task_runs.coder")
+    before = logger.level
+    logger.setLevel(logging.DEBUG)
+    yield
+    logger.setLevel(before)
+
+
+async def run_logs(client: PrefectClient, flow_run_id: UUID) -> list[Log]:
+    """Every line of the run and its task runs, in order (the API gives 200 at a time)."""
+    await APILogHandler.aflush()
+    logs: list[Log] = []
+    while True:
+        page = await client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])),
+            limit=200,
+            offset=len(logs),
+        )
+        logs += page
+        if len(page) < 200:
+            return logs
+
+
+@pytest.mark.usefixtures("debug_lines")
+async def test_a_three_step_run_reads_in_a_few_plain_lines(sim: Simulator, coder_env: Path) -> None:
+    CHARGES.clear()
+    state = await durable_chat(
+        workflow_id="wf-reads", prompts=PROMPTS, tools=TOOLS, return_state=True
+    )
+    assert state.is_completed()
+    run_id = state.state_details.flow_run_id
+    assert run_id is not None
+    async with get_client() as client:
+        logs = await run_logs(client, run_id)
+        flow_run = await client.read_flow_run(run_id)
+        artifacts = await client.read_latest_artifacts()
+    own_info = [g.message for g in logs if OWN.match(g.name) and g.level == logging.INFO]
+    assert 3 <= len(own_info) <= 15, own_info
+    for line in own_info:  # sentences, not key=value dumps or internal labels
+        assert line[0].isupper() and line.rstrip().endswith((".", ")")), line
+        assert not re.search(r"\w+=\S", line), line
+    for step in (1, 2, 3):
+        assert any(line.startswith(f"Step {step} of 3: ran") for line in own_info), own_info
+    transport = [g.message for g in logs if g.level == logging.DEBUG and "http:" in g.message]
+    assert transport and all("duration=" not in m for m in transport)
+    assert any("duration_ms=" in m for m in transport), transport
+    assert not any("http:" in line for line in own_info)
+
+    assert flow_run.name == run_name("wf-reads", 1)
+    [progress] = [a for a in artifacts if a.key == "progress-wf-reads"]
+    assert progress.type == "progress" and progress.data == 100.0
+    assert "step 3 of 3 done" in (progress.description or "")
+    assert "- step 2: ran" in (progress.description or "")
+
+
+async def test_a_run_that_takes_over_marks_the_one_it_replaces_superseded(
+    sim: Simulator, coder_env: Path
+) -> None:
+    """A run that stopped without finishing (here: a flow run left Running, its workflow
+    begun in the store) is superseded, with a message naming the run that took over."""
+    async with get_client() as client:
+        dead = await client.create_flow_run(durable_chat, name="dead-run", state=Running())
+        store = SqliteStore(coder_env)
+        await store.begin_run(str(sim.organization_id), "wf-takeover", flow_run_id=str(dead.id))
+        await store.close()
+        state = await durable_chat(
+            workflow_id="wf-takeover",
+            prompts=["hello"],
+            settings=WorkflowSettings(archive_at_end=False),
+            return_state=True,
+        )
+        assert state.is_completed()
+        new_id = state.state_details.flow_run_id
+        assert new_id is not None
+        replaced = await client.read_flow_run(dead.id)
+        new = await client.read_flow_run(new_id)
+        dead_logs = [g.message for g in await run_logs(client, dead.id)]
+        new_logs = [g.message for g in await run_logs(client, new_id)]
+        artifacts = await client.read_latest_artifacts()
+    assert new.name == run_name("wf-takeover", 2)
+    assert replaced.state is not None and replaced.state.type == StateType.CANCELLED
+    assert replaced.state.name == "Superseded"
+    assert run_name("wf-takeover", 2) in (replaced.state.message or "")
+    assert any("superseded by run" in m and str(new_id) in m for m in dead_logs), dead_logs
+    assert any("replaces run 'dead-run'" in m for m in new_logs), new_logs
+    [progress] = [a for a in artifacts if a.key == "progress-wf-takeover"]
+    assert "Took over from run 'dead-run'" in (progress.description or "")
+
+
+async def test_a_finished_run_is_never_marked_superseded(sim: Simulator, coder_env: Path) -> None:
+    first = await durable_chat(workflow_id="wf-again", prompts=["hello"], return_state=True)
+    again = await durable_chat(workflow_id="wf-again", prompts=["hello"], return_state=True)
+    async with get_client() as client:
+        run_1 = await client.read_flow_run(first.state_details.flow_run_id)  # type: ignore[arg-type]
+        run_2 = await client.read_flow_run(again.state_details.flow_run_id)  # type: ignore[arg-type]
+    assert run_1.state is not None and run_1.state.type == StateType.COMPLETED
+    assert (run_1.name, run_2.name) == (run_name("wf-again", 1), run_name("wf-again", 2))
+
+
+async def test_the_sweep_publishes_an_artifact_when_it_finds_nothing(
+    sim: Simulator, coder_env: Path
+) -> None:
+    summary = await orphan_sweep(target_deployment="quiet")
+    assert summary == {"chats": 0, "acted": 0, "stranded": 0, "relaunched": 0}
+    async with get_client() as client:
+        artifacts = await client.read_latest_artifacts()
+    [table] = [a for a in artifacts if a.key == "orphan-sweep-quiet"]
+    assert "nothing to do" in str(table.data)
