@@ -304,16 +304,15 @@ async def check_the_run(
     assert [v.split(":", 1)[0] for v in verdicts] == ["Step 1 of 3", "Step 2 of 3", "Step 3 of 3"]
     assert all(v.split(": ", 1)[1].startswith("ran") for v in verdicts), verdicts
 
-    # The progress artifact, attached to the run: a row per step, each "ran".
+    # The progress artifact, attached to the run: all done, each step "ran".
     artifacts = await client.read_artifacts(
         artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run.id]))
     )
-    progress = [a for a in artifacts if (a.key or "").startswith("progress-")]
-    assert progress, [a.key for a in artifacts]
-    table = str(progress[-1].data)
+    [progress] = [a for a in artifacts if (a.key or "").startswith("progress-")]
+    assert progress.type == "progress" and float(str(progress.data)) == 100.0
+    assert "step 3 of 3 done" in (progress.description or "")
     for step in (1, 2, 3):
-        [row] = [line for line in table.splitlines() if re.match(rf"\|\s*{step}\s*\|", line)]
-        assert "ran" in row, table
+        assert f"- step {step}: ran" in (progress.description or ""), progress.description
 
     # The step results the run returned are the answers the simulator committed.
     steps = await turn_results(client, run)
@@ -326,14 +325,14 @@ async def check_the_run(
 
 
 async def turn_results(client: PrefectClient, run: FlowRun) -> list[Any]:
-    """The persisted results of the run's ``turn N`` task runs, in step order."""
+    """The persisted results of the run's ``step N of M`` task runs, in step order."""
     task_runs = await client.read_task_runs(
         flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id]))
     )
     turns = sorted(
-        (t for t in task_runs if t.name.startswith("turn ")),
-        key=lambda t: int(t.name.rsplit(" ", 1)[-1]),
+        (t for t in task_runs if t.name.startswith("step ")), key=lambda t: int(t.name.split()[1])
     )
+    assert [t.name for t in turns] == ["step 1 of 3", "step 2 of 3", "step 3 of 3"], turns
     return [await t.state.aresult() for t in turns if t.state is not None]
 
 
