@@ -3,7 +3,8 @@
 Run: ``python -m bench.client_decode``. A replay server (another process) sends
 100,000 deltas at one event a frame and at 64 a frame. The client side parses
 each frame into typed events and de-duplicates them (``ChatStream``); the
-baseline only calls ``json.loads``. Both read the same stream in the same run.
+baseline only calls ``json.loads``. Both read the same stream in the same run,
+uncompressed, as Coder serves it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ ROUNDS = 3
 async def bare_loop(base: str, per_frame: int) -> float:
     url = f"{base.replace('http://', 'ws://')}/api/v2/chats/frames-{per_frame}/stream"
     started, count = time.perf_counter(), 0
-    async with websockets.connect(url, max_size=None) as ws:
+    # Offer no compression, like ChatStream, so both loops do the same handshake.
+    async with websockets.connect(url, max_size=None, compression=None) as ws:
         async for raw in ws:
             frame = json.loads(raw)
             count += len(frame)

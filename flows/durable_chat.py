@@ -10,10 +10,8 @@ fencing epoch in the store).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import Awaitable, Sequence
-from typing import Any, cast
+from collections.abc import Sequence
+from typing import Any
 
 from prefect import Flow, flow
 from prefect.client.schemas.objects import FlowRun, State
@@ -21,15 +19,13 @@ from prefect.runtime import deployment as current_deployment
 from prefect.runtime import flow_run as current_flow_run
 
 from blocks import CoderCredentials, PostgresLedger, SqliteLedger
-from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.step import StepResult
-from tasks import archive_chat, run_turn
 from tasks._runtime import run_log
 from tasks.lifecycle import FailedWorkflow, end_failed_workflow
 from tasks.runs import Progress
 from tasks.settings import WorkflowSettings
-from tasks.turns import VERDICT_WORDS
-from tasks.workflow import begin_workflow, finish_workflow, heartbeat_forever, publish_transcript
+
+from ._workflow import Where, Workflow, begin, run_workflow, tally
 
 #: Frozen, so one instance serves as every call's default.
 DEFAULT_SETTINGS = WorkflowSettings()
@@ -79,74 +75,14 @@ async def durable_chat(
         ledger: Where progress is stored (none: the embedded SQLite store).
         settings: The chat's setup and each step's time limits.
     """
-    log = run_log()
-    deployment = current_deployment.name or "local"
-    flow_run_id = current_flow_run.id
-    began = await begin_workflow(
-        workflow_id,
-        deployment,
-        flow_run_id,
-        credentials,
-        ledger,
-        archive_at_end=settings.archive_at_end,
-    )
-    if flow_run_id:
-        _RUNNING[flow_run_id] = FailedWorkflow(
-            workflow_id, flow_run_id, tools, settings, credentials, ledger
-        )
-    progress = Progress(workflow_id, len(prompts), began.took_over_from)
+    wf = Workflow(workflow_id, prompts, tools, output_schemas, credentials, ledger, settings)
+    where = Where(current_flow_run.id, current_deployment.name or "local")
+    began = await begin(wf, where)
+    if where.flow_run_id:
+        _RUNNING[where.flow_run_id] = wf.failed(where.flow_run_id)
+    progress = Progress(workflow_id, len(prompts), took_over_from=began.took_over_from)
     await progress.start()
-    beat = asyncio.create_task(
-        heartbeat_forever(workflow_id, began.epoch, settings.heartbeat_seconds, credentials, ledger)
-    )
-    try:
-        for step, prompt in enumerate(prompts, start=1):
-            # An async task called with return_state gives a coroutine of its state
-            # (Prefect's overloads say State; the runtime says otherwise).
-            call = run_turn(
-                tenant=began.tenant,
-                workflow_id=workflow_id,
-                step=step,
-                steps=len(prompts),
-                prompt=prompt,
-                epoch=began.epoch,
-                tools=tools,
-                output_schema=output_schemas[step - 1] if step <= len(output_schemas) else "",
-                settings=settings,
-                deployment=deployment,
-                declare_structured_output=any(output_schemas),
-                credentials=credentials,
-                ledger=ledger,
-                return_state=True,
-            )
-            state = await cast(Awaitable[State[StepResult]], call)
-            result = await state.aresult()
-            if state.name == "Cached":  # Prefect's cache answered: nothing ran this time
-                result = result.model_copy(update={"verdict": "cached"})
-                log.info(f"Step {step} of {len(prompts)}: cached ({VERDICT_WORDS['cached']}).")
-            await progress.step_done(result)
-    finally:
-        beat.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await beat
-    await publish_transcript(workflow_id, progress.results, credentials, ledger)
-    if settings.archive_at_end:
-        await archive_chat(
-            workflow_id=workflow_id,
-            epoch=began.epoch,
-            tools=tools,
-            settings=settings,
-            credentials=credentials,
-            ledger=ledger,
-        )
-    await finish_workflow(workflow_id, began.epoch, WorkflowState.FINISHED, credentials, ledger)
-    _RUNNING.pop(flow_run_id or "", None)
-    log.info(f"Workflow {workflow_id} is finished: {_tally(progress.results)}.")
-    return progress.results
-
-
-def _tally(results: list[StepResult]) -> str:
-    counts: dict[str, int] = {}
-    for result in results:
-        counts[result.verdict] = counts.get(result.verdict, 0) + 1
-    return f"{len(results)} step(s), " + ", ".join(f"{n} {v}" for v, n in counts.items())
+    results = await run_workflow(wf, where, began, progress)
+    _RUNNING.pop(where.flow_run_id or "", None)
+    run_log().info(f"Workflow {workflow_id} is finished: {tally(results)}.")
+    return results

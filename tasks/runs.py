@@ -19,8 +19,6 @@ from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.logging.loggers import LoggingAdapter
 from prefect.states import Cancelled
 
-from coder_chat.durable.step import StepResult
-
 #: States of a replaced run worth correcting: it never finished, so it looks alive or crashed.
 _UNFINISHED = {
     StateType.SCHEDULED,
@@ -48,18 +46,34 @@ async def name_and_supersede(
     try:
         async with get_client() as client:
             await client.update_flow_run(UUID(this_run), name=name)
-            if previous_run and previous_run != this_run:
-                old = await client.read_flow_run(UUID(previous_run))
-                if old.state_type in _UNFINISHED:
-                    await _supersede(client, old, name, this_run)
-                    log.info(
-                        f"This run replaces run {old.name!r}, which stopped without finishing; "
-                        "that run is marked superseded."
-                    )
-                    return old.name
     except Exception as exc:  # noqa: BLE001 - names are for people; the epoch already fences
-        log.warning(f"Could not name this run or mark the one it replaces ({exc}).")
-    return None
+        log.warning(f"Could not name this run {name!r} ({exc}).")
+    return await supersede(previous_run, this_run, name, log)
+
+
+async def supersede(
+    previous_run: str | None, this_run: str, this_name: str, log: LoggingAdapter
+) -> str | None:
+    """Mark ``previous_run`` superseded by this run, if it stopped without finishing.
+
+    Returns its name when it was marked.
+    """
+    if not previous_run or previous_run == this_run:
+        return None
+    try:
+        async with get_client() as client:
+            old = await client.read_flow_run(UUID(previous_run))
+            if old.state_type not in _UNFINISHED:
+                return None
+            await _supersede(client, old, this_name, this_run)
+    except Exception as exc:  # noqa: BLE001 - the epoch already fences the old run
+        log.warning(f"Could not mark run {previous_run} superseded ({exc}).")
+        return None
+    log.info(
+        f"This run replaces run {old.name!r}, which stopped without finishing; "
+        "that run is marked superseded."
+    )
+    return old.name
 
 
 async def _supersede(client: PrefectClient, old: FlowRun, new_name: str, new_id: str) -> None:
@@ -91,34 +105,36 @@ async def _supersede(client: PrefectClient, old: FlowRun, new_name: str, new_id:
 
 @dataclass
 class Progress:
-    """The flow run's progress artifact: step k of N, each finished step's verdict."""
+    """A flow run's progress artifact: ``step k of N`` (or workflows), each item's outcome.
 
-    workflow_id: str
-    steps: int
+    Updated in place as items finish, so the run page always shows where it is.
+    """
+
+    title: str
+    total: int
+    unit: str = "step"
     took_over_from: str | None = None
-    results: list[StepResult] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
     _artifact: UUID | None = None
 
     async def start(self) -> None:
         await self._publish()
 
-    async def step_done(self, result: StepResult) -> None:
-        self.results.append(result)
+    async def advance(self, line: str) -> None:
+        """One more item done; ``line`` says how it ended."""
+        self.lines.append(line)
         await self._publish()
 
     def description(self) -> str:
-        done = len(self.results)
-        lines = [f"**{self.workflow_id}**: step {done} of {self.steps} done."]
-        if self.took_over_from:
-            lines.append(f"Took over from run {self.took_over_from!r}.")
-        lines += [f"- step {r.step}: {r.verdict}" for r in self.results]
-        return "\n".join(lines)
+        head = f"**{self.title}**: {self.unit} {len(self.lines)} of {self.total} done."
+        took_over = [f"Took over from run {self.took_over_from!r}."] if self.took_over_from else []
+        return "\n".join([head, *took_over, *(f"- {line}" for line in self.lines)])
 
     async def _publish(self) -> None:
-        percent = 100.0 * len(self.results) / max(self.steps, 1)
+        percent = 100.0 * len(self.lines) / max(self.total, 1)
         if self._artifact is None:
             self._artifact = await acreate_progress_artifact(
-                percent, key=f"progress-{slug(self.workflow_id)}", description=self.description()
+                percent, key=f"progress-{slug(self.title)}", description=self.description()
             )
         else:
             await aupdate_progress_artifact(self._artifact, percent, self.description())

@@ -44,7 +44,7 @@ VERDICT_WORDS = {
 
 @task(
     name="run-turn",
-    task_run_name="step {step} of {steps}",
+    task_run_name="{workflow_id} · step {step} of {steps}",
     persist_result=True,
     result_serializer="json",
     cache_key_fn=step_cache_key,

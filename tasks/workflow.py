@@ -28,6 +28,8 @@ class Began:
     epoch: int
     #: The name of the flow run this one replaces, when it stopped without finishing.
     took_over_from: str | None = None
+    #: The id of the flow run that held the workflow before, while it was running.
+    previous_run: str | None = None
 
 
 @task(
@@ -44,11 +46,13 @@ async def begin_workflow(
     credentials: CoderCredentials | None = None,
     ledger: Ledger | None = None,
     archive_at_end: bool = True,
+    name_the_run: bool = True,
 ) -> Began:
     """Take the workflow's next epoch: from now on only this run may act for it.
 
-    The flow run is named after the workflow and epoch, and the run it replaces (one
-    that stopped without finishing) is marked superseded.
+    With ``name_the_run``, the flow run is named after the workflow and epoch, and the
+    run it replaces (one that stopped without finishing) is marked superseded; a flow
+    run holding many workflows does both itself.
     """
     log = run_log()
     rt = runtime(credentials, ledger)
@@ -61,12 +65,13 @@ async def begin_workflow(
         archive_at_end=archive_at_end,
     )
     previous = before.flow_run_id if before and before.state == WorkflowState.RUNNING else None
-    first = "its first run" if fence.epoch == 1 else f"run {fence.epoch}"
-    log.info(f"Workflow {workflow_id}: this is {first} (epoch {fence.epoch}).")
+    if name_the_run:
+        first = "its first run" if fence.epoch == 1 else f"run {fence.epoch}"
+        log.info(f"Workflow {workflow_id}: this is {first} (epoch {fence.epoch}).")
     took_over = None
-    if flow_run_id is not None:
+    if flow_run_id is not None and name_the_run:
         took_over = await name_and_supersede(workflow_id, fence.epoch, flow_run_id, previous, log)
-    return Began(rt.tenant, fence.epoch, took_over)
+    return Began(rt.tenant, fence.epoch, took_over, previous)
 
 
 @task(

@@ -205,6 +205,9 @@ class ChatStream:
                 url,
                 additional_headers=self.client.auth_headers,
                 max_size=MAX_FRAME_BYTES,
+                # coderd accepts chat streams with compression disabled: offering
+                # permessage-deflate would only add a header it always declines.
+                compression=None,
                 open_timeout=self._open_timeout,
                 user_agent_header="coder-chat-python",
                 logger=_WS_LOGGER,

@@ -186,6 +186,9 @@ def _uvicorn_config(app: Starlette, host: str, port: int) -> uvicorn.Config:
         port=port,
         http="h11",
         ws="websockets-sansio",
+        # coderd accepts chat streams with compression disabled: never negotiate it,
+        # so frame sizes and decode costs here are the ones a client meets there.
+        ws_per_message_deflate=False,
         lifespan="off",
         log_level="warning",
         access_log=False,

@@ -471,3 +471,24 @@ async def test_in_socket_duplicates_are_dropped_and_unknown_events_pass(
     verdicts = [(e.event_type, e.forwarded) for e in recorder.ws_events()]
     assert verdicts.count(("message_part", False)) == 1
     assert verdicts.count(("message", False)) == 1
+
+
+async def test_the_stream_offers_no_compression() -> None:
+    # Our frame server would accept permessage-deflate; coderd never does, so the
+    # client must not ask for it.
+    offered: list[str | None] = []
+
+    async def script(connection: ServerConnection) -> None:
+        assert connection.request is not None
+        offered.append(connection.request.headers.get("Sec-WebSocket-Extensions"))
+        await connection.send(frame(_status("waiting")))
+        await connection.wait_closed()
+
+    async with (
+        frame_server(script) as base_url,
+        ChatClient(base_url=base_url, token="t") as peer,
+    ):
+        stream = await open_stream(peer, "c")
+        await read_until(stream, status_is("waiting"), timeout=5)
+        await stream.aclose()
+    assert offered == [None]

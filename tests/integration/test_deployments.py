@@ -641,11 +641,12 @@ async def turn_results(client: PrefectClient, run_id: uuid.UUID) -> list[Any]:
         flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run_id]))
     )
     turns = sorted(
-        (t for t in task_runs if t.name.startswith("step ")),
-        key=lambda t: int(t.name.split()[1]),
+        (t for t in task_runs if " · step " in t.name),
+        key=lambda t: int(t.name.rsplit(" · step ", 1)[1].split()[0]),
     )
     # One task run per step (Prefect's retries of a step stay inside its task run).
-    assert [t.name for t in turns] == ["step 1 of 3", "step 2 of 3", "step 3 of 3"], turns
+    steps = [t.name.rsplit(" · ", 1)[1] for t in turns]
+    assert steps == ["step 1 of 3", "step 2 of 3", "step 3 of 3"], turns
     return [await t.state.aresult() for t in turns if t.state is not None]
 
 

@@ -1,0 +1,111 @@
+"""``durable_chats``: many workflows in one flow run, each still its own durable workflow."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+
+from coder_chat.durable.markers import LABEL_WORKFLOW
+from coder_chat.durable.records import WorkflowState
+from coder_chat.durable.sqlite import SqliteStore
+from coder_chat.simulator import Simulator
+from flows.durable_chats import FleetFailed, WorkflowSpec, durable_chats
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+
+
+@pytest.fixture
+def coder_env(sim: Simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    for name, value in sim.env().items():
+        monkeypatch.setenv(name, value)
+    db = tmp_path / "ledger.sqlite3"
+    monkeypatch.setenv("PREFECT_CODER_SQLITE_PATH", str(db))
+    yield db
+
+
+def fleet(prefix: str, count: int, steps: int) -> list[WorkflowSpec]:
+    return [
+        WorkflowSpec(
+            workflow_id=f"{prefix}-{i}", prompts=[f"step {k} of {prefix}-{i}" for k in range(steps)]
+        )
+        for i in range(count)
+    ]
+
+
+def chat_of(sim: Simulator, workflow_id: str) -> list[uuid.UUID]:
+    return [c.id for c in sim.chats() if c.labels.get(LABEL_WORKFLOW) == workflow_id]
+
+
+async def test_fifty_workflows_of_three_steps_in_one_flow_run(
+    sim: Simulator, coder_env: Path
+) -> None:
+    workflows = fleet("fifty", 50, 3)
+    results = await durable_chats(workflows=workflows)
+    assert sorted(results) == sorted(w.workflow_id for w in workflows)
+    store = SqliteStore(coder_env)
+    try:
+        for spec in workflows:
+            steps = results[spec.workflow_id]
+            assert [r.verdict for r in steps] == ["ran"] * 3
+            [chat_id] = chat_of(sim, spec.workflow_id)  # one chat each, never shared
+            assert {r.chat_id for r in steps} == {str(chat_id)}
+            for step, result in enumerate(steps, start=1):
+                marker = f"[{spec.workflow_id}/step-{step}]"
+                assert result.text == f'You said: "{marker} {spec.prompts[step - 1]}"'
+            assert sim.chat(chat_id).archived
+            record = await store.get_workflow(str(sim.organization_id), spec.workflow_id)
+            assert record is not None and record.state == WorkflowState.FINISHED
+            assert record.epoch == 1 and record.chat_id == str(chat_id)
+    finally:
+        await store.close()
+
+
+async def test_a_global_concurrency_limit_bounds_the_fleet(sim: Simulator, coder_env: Path) -> None:
+    """Each workflow holds a slot of the limit from its first step to its archive, so
+    no more chats are live at once than the limit allows."""
+    name = f"coder-chats-{uuid.uuid4().hex[:6]}"
+    async with get_client() as client:
+        await client.create_global_concurrency_limit(
+            GlobalConcurrencyLimitCreate(name=name, limit=3)
+        )
+    workflows = fleet("gated", 9, 2)
+    results = await durable_chats(workflows=workflows, concurrency_limit=name)
+    assert len(results) == 9
+    spans: list[tuple[datetime, datetime]] = []
+    for spec in workflows:
+        [chat_id] = chat_of(sim, spec.workflow_id)
+        [archived] = [a.at for a in sim.records.archives if a.chat_id == chat_id]
+        spans.append((sim.chat(chat_id).created_at, archived))
+    most = max(sum(1 for s, e in spans if s <= start < e) for start, _ in spans)
+    assert 1 <= most <= 3, spans
+
+
+async def test_a_failed_workflow_is_ended_and_the_others_finish(
+    sim: Simulator, coder_env: Path
+) -> None:
+    """A workflow whose turn fails for good (a config error) is archived and marked
+    FAILED; the others finish, and the run fails naming it."""
+    workflows = fleet("mixed", 3, 2)
+    workflows[1].prompts[1] = "this one breaks /fail fatal"
+    with pytest.raises(FleetFailed, match=r"1 of 3 workflow.*mixed-1"):
+        await durable_chats(workflows=workflows)
+    store = SqliteStore(coder_env)
+    try:
+        states = {
+            w.workflow_id: (await store.get_workflow(str(sim.organization_id), w.workflow_id))
+            for w in workflows
+        }
+    finally:
+        await store.close()
+    assert {wf: s.state if s else None for wf, s in states.items()} == {
+        "mixed-0": WorkflowState.FINISHED,
+        "mixed-1": WorkflowState.FAILED,
+        "mixed-2": WorkflowState.FINISHED,
+    }
+    assert all(sim.chat(chat_of(sim, w.workflow_id)[0]).archived for w in workflows)
