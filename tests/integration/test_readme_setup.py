@@ -325,14 +325,13 @@ async def check_the_run(
 
 
 async def turn_results(client: PrefectClient, run: FlowRun) -> list[Any]:
-    """The persisted results of the run's ``step N of M`` task runs, in step order."""
+    """The persisted results of the run's ``<workflow> · step N of 3`` task runs, in order."""
     task_runs = await client.read_task_runs(
         flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id]))
     )
-    turns = sorted(
-        (t for t in task_runs if t.name.startswith("step ")), key=lambda t: int(t.name.split()[1])
-    )
-    assert [t.name for t in turns] == ["step 1 of 3", "step 2 of 3", "step 3 of 3"], turns
+    named = {int(m[1]): t for t in task_runs if (m := re.search(r"· step (\d+) of 3$", t.name))}
+    turns = [named[step] for step in sorted(named)]
+    assert [t.name for t in turns] == [f"{WORKFLOW_ID} · step {n} of 3" for n in (1, 2, 3)], turns
     return [await t.state.aresult() for t in turns if t.state is not None]
 
 

@@ -245,8 +245,8 @@ async def drive(
         run = await until(created, "the run the form launched", 60, watch, interval=0.5)
     except AssertionError:
         await screenshot(page, "ui-run-form-not-submitted")
-        errors = await page.locator(".p-message, .text-danger, [class*=error]").all_inner_texts()
-        raise AssertionError(f"the form launched no run; the page says: {errors}") from None
+        errors = await page.locator(".p-label__message--failed").all_inner_texts()
+        raise AssertionError(f"the form launched no run; the form says: {errors}") from None
     assert run.parameters["workflow_id"] == workflow_id
     assert run.parameters["prompts"] == PROMPTS
     assert "$ref" in run.parameters["credentials"], run.parameters["credentials"]
