@@ -47,6 +47,12 @@ async def chromium(executable: Path) -> AsyncIterator[Browser]:
             await browser.close()
 
 
+def clear_screenshots(prefix: str) -> None:
+    """Remove an earlier run's ``prefix*.png``, so every screenshot left is this run's."""
+    for old in SCREENSHOTS.glob(f"{prefix}*.png"):
+        old.unlink()
+
+
 async def screenshot(page: Page, name: str) -> Path:
     """A full-page PNG of ``page`` in test-output/, named ``name``."""
     SCREENSHOTS.mkdir(exist_ok=True)

@@ -38,7 +38,7 @@ from prefect.workers.process import ProcessWorker
 
 from blocks import CoderCredentials
 from tasks.runs import run_name, slug
-from tests.integration.browser import chromium, require_chromium, screenshot
+from tests.integration.browser import chromium, clear_screenshots, require_chromium, screenshot
 from tests.integration.procs import (
     Proc,
     Processes,
@@ -68,6 +68,7 @@ pytestmark = [
 
 async def test_launch_durable_chat_from_the_ui_and_read_the_run(tmp_path: Path) -> None:
     browser_path = require_chromium()
+    clear_screenshots("ui-")
     procs = Processes(tmp_path)
     try:
         await scenario(procs, tmp_path, browser_path)
