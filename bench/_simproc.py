@@ -4,6 +4,7 @@ and the server do not share one event loop (the machine has two cores)."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -33,7 +34,8 @@ def simulator_process(*extra: str) -> Iterator[SimProcess]:
     )
     try:
         assert proc.stdout is not None
-        lines = dict(proc.stdout.readline().strip().split("=", 1) for _ in range(3))
+        # Three `export NAME='value'` lines, read back as a shell would.
+        lines = dict(shlex.split(proc.stdout.readline())[1].split("=", 1) for _ in range(3))
         yield SimProcess(lines["CODER_URL"], lines["CODER_SESSION_TOKEN"], lines["CODER_ORG_ID"])
     finally:
         proc.send_signal(signal.SIGTERM)

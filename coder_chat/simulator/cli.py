@@ -12,6 +12,11 @@ from .config import SimulatorConfig
 from .server import run_forever
 
 
+def _quoted(value: str) -> str:
+    """``value`` in single quotes, as a POSIX shell reads it back (a quote inside is escaped)."""
+    return "'" + value.replace("'", "'\"'\"'") + "'"
+
+
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "simulator",
@@ -48,12 +53,14 @@ def run(args: argparse.Namespace) -> int:
         config.token = args.token
 
     def banner(base_url: str) -> None:
-        # The only place the token is ever printed: lines a user pastes into a shell.
-        sys.stdout.write(
-            f"CODER_URL={base_url}\n"
-            f"CODER_SESSION_TOKEN={config.token}\n"
-            f"CODER_ORG_ID={config.organization_id}\n"
-        )
+        # The only place the token is ever printed: `export` lines a user pastes into
+        # a shell (or evals), each value single-quoted for the shell.
+        settings = {
+            "CODER_URL": base_url,
+            "CODER_SESSION_TOKEN": config.token,
+            "CODER_ORG_ID": str(config.organization_id),
+        }
+        sys.stdout.write("".join(f"export {k}={_quoted(v)}\n" for k, v in settings.items()))
         sys.stdout.flush()
 
     with contextlib.suppress(KeyboardInterrupt):

@@ -1,8 +1,8 @@
 """``prefect-coder simulator`` as a real subprocess, reached over real sockets.
 
-The command prints exactly three banner lines (``CODER_URL``, ``CODER_SESSION_TOKEN``,
-``CODER_ORG_ID``) that a user pastes into a shell; the token must appear nowhere
-else in its output, whatever requests it serves.
+The command prints exactly three banner lines, ``export CODER_URL='...'``,
+``CODER_SESSION_TOKEN`` and ``CODER_ORG_ID``, that a user pastes into a shell (or
+evals); the token must appear nowhere else in its output, whatever requests it serves.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import select
+import shlex
 import signal
 import subprocess
 import sys
@@ -24,7 +25,8 @@ import pytest
 
 COMMAND = Path(sys.executable).parent / "prefect-coder"
 START_TIMEOUT = 20.0
-URL_LINE = re.compile(r"CODER_URL=http://127\.0\.0\.1:(\d+)")
+URL_LINE = re.compile(r"export CODER_URL='http://127\.0\.0\.1:(\d+)'")
+NAMES = ["CODER_URL", "CODER_SESSION_TOKEN", "CODER_ORG_ID"]
 
 
 @dataclass
@@ -36,7 +38,14 @@ class Running:
 
     @property
     def env(self) -> dict[str, str]:
-        return dict(line.split("=", 1) for line in self.lines)
+        """The banner's settings, read as a shell reads the ``export`` lines."""
+        found = {}
+        for line in self.lines:
+            export, assignment = shlex.split(line)
+            assert export == "export", line
+            name, value = assignment.split("=", 1)
+            found[name] = value
+        return found
 
     @property
     def url(self) -> str:
@@ -111,11 +120,9 @@ def started() -> Iterator[list[Running]]:
 
 
 def _check_banner(running: Running) -> int:
-    assert [line.split("=", 1)[0] for line in running.lines] == [
-        "CODER_URL",
-        "CODER_SESSION_TOKEN",
-        "CODER_ORG_ID",
-    ]
+    assert list(running.env) == NAMES
+    for line, (name, value) in zip(running.lines, running.env.items(), strict=True):
+        assert line == f"export {name}='{value}'"  # always quoted, pasteable as is
     match = URL_LINE.fullmatch(running.lines[0])
     assert match, running.lines[0]
     port = int(match.group(1))
@@ -134,7 +141,7 @@ def test_banner_chat_org_check_token_hygiene_and_sigterm(started: list[Running])
     running = _start("--token", token)
     started.append(running)
     _check_banner(running)
-    assert running.lines[1] == f"CODER_SESSION_TOKEN={token}"
+    assert running.lines[1] == f"export CODER_SESSION_TOKEN='{token}'"
 
     headers = {"Coder-Session-Token": running.token}
     with httpx.Client(base_url=running.url, headers=headers, timeout=10) as http:
@@ -218,3 +225,33 @@ def test_port_zero_gives_each_process_its_own_free_port(started: list[Running]) 
         code, _, errors = running.stop()
         assert code == 0
         assert "Traceback" not in errors
+
+
+def test_banner_evals_in_a_real_shell_even_with_quotes_in_the_token(
+    started: list[Running],
+) -> None:
+    token = 'it\'s a "token" $HOME `x` ' + uuid.uuid4().hex
+    running = _start("--token", token)
+    started.append(running)
+    assert [shlex.split(line)[1].split("=", 1)[0] for line in running.lines] == NAMES
+    printed = subprocess.run(
+        [
+            "bash",
+            "-c",
+            'eval "$BANNER" && printf "%s\\0" "$CODER_URL" "$CODER_SESSION_TOKEN" "$CODER_ORG_ID"',
+        ],
+        env={"PATH": os.environ["PATH"], "BANNER": "\n".join(running.lines)},
+        capture_output=True,
+        check=True,
+    )
+    url, shell_token, org, _ = printed.stdout.decode().split("\0")
+    assert shell_token == token
+    assert (url, org) == (running.url, running.org)
+    assert URL_LINE.fullmatch(f"export CODER_URL='{url}'")
+    response = httpx.get(
+        url + "/api/v2/chats", headers={"Coder-Session-Token": shell_token}, timeout=10
+    )
+    assert response.status_code == 200
+    code, _, errors = running.stop()
+    assert code == 0
+    assert "Traceback" not in errors

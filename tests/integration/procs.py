@@ -1,0 +1,209 @@
+"""Real processes for the integration tests: start one, wait for it, kill all it started.
+
+Every process starts in a session of its own (so its process group is its own),
+with stdout and stderr in one log file under the test's temporary directory.
+Killing a process SIGKILLs every process group in its tree: Prefect's process
+worker starts each flow run in a session of its own, so the worker's group alone
+is not the whole worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+
+T = TypeVar("T")
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: tuple[str, ...]
+    proc: asyncio.subprocess.Process
+    log: Path
+
+    @property
+    def running(self) -> bool:
+        return self.proc.returncode is None
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def tail(self, lines: int = 80) -> str:
+        return "\n".join(self.output().splitlines()[-lines:])
+
+
+@dataclass
+class Processes:
+    """Every process a test starts; ``close`` kills whatever is left of them."""
+
+    root: Path
+    started: list[Proc] = field(default_factory=list)
+
+    async def start(
+        self, name: str, *argv: str, env: dict[str, str], cwd: Path, stdin: bytes | None = None
+    ) -> Proc:
+        log = self.root / f"{len(self.started):02d}-{name}.log"
+        with log.open("wb") as out:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                cwd=cwd,
+                env=env,
+                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
+        if stdin is not None:
+            assert proc.stdin is not None
+            proc.stdin.write(stdin)
+            await proc.stdin.drain()
+            proc.stdin.close()
+        started = Proc(name, tuple(argv), proc, log)
+        self.started.append(started)
+        return started
+
+    async def run(
+        self,
+        name: str,
+        *argv: str,
+        env: dict[str, str],
+        cwd: Path,
+        timeout: float = 120.0,
+        watch: list[Proc] | None = None,
+        stdin: bytes | None = None,
+    ) -> str:
+        """Run a command to its end and return its output; fail with it unless it exits 0.
+
+        Fails early, with their output, if a process in ``watch`` dies meanwhile.
+        """
+        proc = await self.start(name, *argv, env=env, cwd=cwd, stdin=stdin)
+
+        async def ended() -> int | None:
+            return proc.proc.returncode
+
+        try:
+            code = await until(ended, f"`{name}` to end", timeout, watch or [], interval=0.2)
+        finally:
+            if proc.running:
+                self.kill(proc)
+                await proc.proc.wait()
+        output = proc.output()
+        assert code == 0, f"`{name}` exited with {code}:\n{output}"
+        return output
+
+    def kill(self, proc: Proc) -> None:
+        """SIGKILL the process and every process group in its tree."""
+        if proc.running:  # not reaped yet, so its pid (and group id) is still its own
+            for group in freeze_tree(proc.proc.pid) | {proc.proc.pid}:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(group, signal.SIGKILL)
+
+    async def close(self) -> None:
+        for proc in self.started:
+            self.kill(proc)
+            with contextlib.suppress(ProcessLookupError):
+                await proc.proc.wait()
+
+    def diagnostics(self) -> str:
+        return "\n".join(
+            f"\n===== {p.name} (exit {p.proc.returncode}) =====\n{p.tail()}" for p in self.started
+        )
+
+
+async def wait_for_line(proc: Proc, pattern: str, timeout: float) -> re.Match[str]:
+    """The first line of ``proc``'s output that ``pattern`` matches (``re.search``)."""
+    compiled = re.compile(pattern)
+
+    async def found() -> re.Match[str] | None:
+        for line in proc.output().splitlines():
+            if match := compiled.search(line):
+                return match
+        return None
+
+    return await until(found, f"{proc.name} to print /{pattern}/", timeout, [proc])
+
+
+def processes() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, process group) of every live process, from ``/proc``."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            text = stat.read_text()
+            # "pid (comm) state ppid pgrp ...": comm may hold spaces, so split after ")".
+            state, ppid, pgrp = text[text.rindex(")") + 2 :].split()[:3]
+            if state != "Z":
+                found[int(stat.parent.name)] = (int(ppid), int(pgrp))
+    return found
+
+
+def freeze_tree(root: int) -> set[int]:
+    """SIGSTOP every process group in ``root``'s tree until no new one appears; return them."""
+    frozen: set[int] = set()
+    ours = os.getpgrp()
+    while True:
+        table = processes()
+        tree, todo = set(), [root]
+        while todo:
+            pid = todo.pop()
+            if pid in table and pid not in tree:
+                tree.add(pid)
+                todo.extend(p for p, (ppid, _) in table.items() if ppid == pid)
+        groups = {table[pid][1] for pid in tree} - frozen - {ours}
+        if not groups:
+            return frozen
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGSTOP)
+        frozen |= groups
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment without any Prefect, Coder or virtualenv setting of its own."""
+    drop = ("PREFECT_", "CODER_", "VIRTUAL_ENV", "PYTEST_")
+    return {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+
+
+async def http_ok(url: str) -> bool:
+    """Whether ``url`` answers 200."""
+    with contextlib.suppress(httpx.HTTPError):
+        async with httpx.AsyncClient(timeout=5) as http:
+            return (await http.get(url)).status_code == 200
+    return False
+
+
+async def until(
+    probe: Callable[[], Awaitable[T | None]],
+    what: str,
+    timeout: float,
+    watch: list[Proc],
+    interval: float = 0.2,
+) -> T:
+    """Poll ``probe`` until it returns something; fail early if a watched process died."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + timeout
+    while True:
+        value = await probe()
+        if value is not None and value is not False:
+            return value
+        for proc in watch:
+            assert proc.running, f"{proc.name} exited while waiting for {what}:\n{proc.tail()}"
+        assert loop.time() < give_up, f"timed out after {timeout}s waiting for {what}"
+        await asyncio.sleep(interval)

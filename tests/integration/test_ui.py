@@ -1,0 +1,282 @@
+"""The Prefect UI, in a real headless Chromium: launch durable-chat from its run form, read the run.
+
+Real processes throughout: ``prefect server start`` (with its UI), ``prefect deploy``
+from deployments/prefect.yaml (into a ``process`` pool made as ``prefect work-pool
+create`` makes one), a process worker and ``prefect-coder simulator``. A
+CoderCredentials block is saved through the API, as a user would save one; then the
+browser does what a person does:
+
+1. opens the durable-chat deployment's custom run form, fills in ``workflow_id`` and
+   two prompts, and picks the saved block in the credentials picker;
+2. submits, and the worker runs the flow against the simulator;
+3. opens the run's page and finds the run's name, the step verdicts in its logs,
+   and the progress artifact.
+
+Screenshots of the filled form and of the run page (logs, artifacts) are written to
+test-output/ at the repository root. Nothing outside loopback is fetched: the browser
+aborts any other request.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from playwright.async_api import Locator, Page, Route, expect
+from prefect.client.orchestration import PrefectClient, get_client
+from prefect.client.schemas.actions import WorkPoolCreate
+from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
+from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.workers.process import ProcessWorker
+
+from blocks import CoderCredentials
+from tasks.runs import run_name, slug
+from tests.integration.browser import chromium, clear_screenshots, require_chromium, screenshot
+from tests.integration.procs import (
+    Proc,
+    Processes,
+    clean_env,
+    free_port,
+    http_ok,
+    until,
+    wait_for_line,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+POOL = "coder-agents"
+BLOCK = "ui-simulator"
+PROMPTS = ["Say hello", "Say goodbye"]
+#: Bounds for cold processes on a loaded machine; nothing here is timed.
+STARTUP_TIMEOUT = 120.0
+UI_TIMEOUT_MS = 60_000
+
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(
+        not Path("/proc/self/stat").exists(), reason="finds a worker's process tree in /proc"
+    ),
+]
+
+
+async def test_launch_durable_chat_from_the_ui_and_read_the_run(tmp_path: Path) -> None:
+    browser_path = require_chromium()
+    clear_screenshots("ui-")
+    procs = Processes(tmp_path)
+    try:
+        await scenario(procs, tmp_path, browser_path)
+    except BaseException:
+        print(procs.diagnostics())
+        raise
+    finally:
+        await procs.close()
+
+
+@dataclass
+class Clock:
+    """Seconds since the start at each phase, printed with a failure (nothing is timed)."""
+
+    start: float = field(default_factory=time.monotonic)
+
+    def mark(self, what: str) -> None:
+        print(f"{time.monotonic() - self.start:7.1f}s  {what}")
+
+
+async def scenario(procs: Processes, tmp: Path, browser_path: Path) -> None:
+    clock = Clock()
+    port = free_port()
+    ui = f"http://127.0.0.1:{port}"
+    (tmp / "home").mkdir()
+    api = f"{ui}/api"
+    base_env = {
+        **clean_env(),
+        "HOME": str(tmp / "home"),
+        "PREFECT_HOME": str(tmp / "home" / ".prefect"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    # The server, with its UI (no scheduler: only the run the browser starts happens),
+    # and the simulator start together.
+    server = await procs.start(
+        "server",
+        str(BIN / "prefect"),
+        "server",
+        "start",
+        "--no-scheduler",
+        # Not --port: the UI finds the API through the setting (with --port alone it
+        # would look for it on 4200).
+        env={
+            **base_env,
+            "PREFECT_SERVER_API_HOST": "127.0.0.1",
+            "PREFECT_SERVER_API_PORT": str(port),
+        },
+        cwd=tmp,
+    )
+    simulator = await procs.start(
+        "simulator", str(BIN / "prefect-coder"), "simulator", "--port", "0", env=base_env, cwd=tmp
+    )
+    # Chromium starts while the server does.
+    async with chromium(browser_path) as browser:
+        await wait_for_line(simulator, r"^export CODER_ORG_ID=", STARTUP_TIMEOUT)
+        coder = dict(
+            shlex.split(line)[1].split("=", 1)
+            for line in simulator.output().splitlines()
+            if line.startswith("export ")
+        )
+
+        async def healthy() -> bool:
+            return await http_ok(f"{api}/health")
+
+        await until(healthy, "the server's /api/health", STARTUP_TIMEOUT, [server], interval=0.5)
+        clock.mark("server up")
+
+        cli_env = {**base_env, "PREFECT_API_URL": api}
+        with temporary_settings(updates={PREFECT_API_URL: api}):
+            async with get_client() as client:
+                # The pool, as `prefect work-pool create --type process` makes it, and the
+                # block, as a user saves one; then the deployments from the YAML and the
+                # worker, side by side. The worker has no CODER_* settings: the block
+                # picked in the form is all it has.
+                await client.create_work_pool(
+                    WorkPoolCreate(
+                        name=POOL,
+                        type="process",
+                        base_job_template=ProcessWorker.get_default_base_job_template(),
+                    )
+                )
+                credentials = CoderCredentials(
+                    base_url=coder["CODER_URL"],
+                    token=coder["CODER_SESSION_TOKEN"],
+                    organization_id=coder["CODER_ORG_ID"],
+                )
+                await credentials.asave(BLOCK, overwrite=True, client=client)
+                worker = await procs.start(
+                    "worker",
+                    str(BIN / "prefect"),
+                    "--no-prompt",
+                    "worker",
+                    "start",
+                    "--pool",
+                    POOL,
+                    env={**cli_env, "PREFECT_WORKER_QUERY_SECONDS": "1"},
+                    cwd=tmp,
+                )
+                await procs.run(
+                    "deploy",
+                    str(BIN / "prefect"),
+                    "--no-prompt",
+                    "deploy",
+                    "--all",
+                    "--prefect-file",
+                    "deployments/prefect.yaml",
+                    env=cli_env,
+                    cwd=ROOT,
+                    watch=[server, worker],
+                )
+                clock.mark("deployed")
+                page = await browser.new_page(viewport={"width": 1400, "height": 2000})
+                page.set_default_timeout(UI_TIMEOUT_MS)
+                await page.route("**/*", loopback_only)
+                try:
+                    await drive(page, client, ui, [server, worker, simulator], clock)
+                except BaseException:
+                    await screenshot(page, "ui-failure")
+                    raise
+
+
+async def loopback_only(route: Route) -> None:
+    """Let the UI reach its own server; abort anything else (a logo on the internet)."""
+    if route.request.url.startswith(("http://127.0.0.1:", "data:", "blob:")):
+        await route.continue_()
+    else:
+        await route.abort()
+
+
+def form_property(page: Page, label: str) -> Locator:
+    """The run form's input for a parameter, found by its label."""
+    title = page.locator(
+        ".schema-form-property__label", has_text=re.compile(rf"^{label}( \(Optional\))?$")
+    )
+    return page.locator(".schema-form-property").filter(has=title).first
+
+
+async def drive(
+    page: Page, client: PrefectClient, ui: str, watch: list[Proc], clock: Clock
+) -> None:
+    deployment = await client.read_deployment_by_name("durable-chat/durable-chat")
+    workflow_id = f"ui-{uuid.uuid4().hex[:8]}"
+
+    # 1. The custom run form: workflow_id, one prompt per step, the saved credentials.
+    await page.goto(f"{ui}/deployments/deployment/{deployment.id}/run", timeout=UI_TIMEOUT_MS)
+    await form_property(page, "workflow_id").locator("textarea").fill(workflow_id)
+    prompts = form_property(page, "prompts")
+    for count, prompt in enumerate(PROMPTS, start=1):
+        await prompts.get_by_role("button", name="Add item").click()
+        await expect(prompts.locator("textarea")).to_have_count(count)
+        await prompts.locator("textarea").nth(count - 1).fill(prompt)
+    credentials = form_property(page, "credentials")
+    await credentials.get_by_role("button", name="CoderCredentials").click()
+    picker = credentials.locator("button.p-select-button__control")
+    await expect(picker).to_be_visible(timeout=UI_TIMEOUT_MS)
+    await picker.focus()
+    await page.keyboard.press("ArrowDown")  # opens the block documents' list
+    await page.get_by_role("option", name=BLOCK).click(timeout=UI_TIMEOUT_MS)
+    await expect(credentials.locator(".p-select-button__value")).to_have_text(BLOCK)
+    await screenshot(page, "ui-run-form")
+    clock.mark("form filled")
+
+    # 2. Launch it; the form's own validation must pass, and the run is created.
+    await page.get_by_role("button", name="Submit").click()
+
+    async def created() -> FlowRun | None:
+        runs = await client.read_flow_runs(
+            deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["durable-chat"]))
+        )
+        return runs[0] if runs else None
+
+    try:
+        run = await until(created, "the run the form launched", 60, watch, interval=0.5)
+    except AssertionError:
+        await screenshot(page, "ui-run-form-not-submitted")
+        errors = await page.locator(".p-label__message--failed").all_inner_texts()
+        raise AssertionError(f"the form launched no run; the form says: {errors}") from None
+    assert run.parameters["workflow_id"] == workflow_id
+    assert run.parameters["prompts"] == PROMPTS
+    assert "$ref" in run.parameters["credentials"], run.parameters["credentials"]
+
+    async def ended() -> FlowRun | None:
+        current = await client.read_flow_run(run.id)
+        state = current.state
+        return current if state is not None and state.is_final() else None
+
+    finished = await until(ended, "the run to end", 180, watch, interval=0.5)
+    assert finished.state is not None
+    assert finished.state.type == StateType.COMPLETED, finished.state
+    clock.mark("run completed")
+
+    # 3. The run's page: its name, Completed, each step's verdict in the logs.
+    await page.goto(f"{ui}/runs/flow-run/{run.id}", timeout=UI_TIMEOUT_MS)
+    name = run_name(workflow_id, 1)
+    await expect(page.get_by_text(name, exact=True).first).to_be_visible(timeout=UI_TIMEOUT_MS)
+    await expect(page.get_by_text("Completed", exact=True).first).to_be_visible()
+    for step in range(1, len(PROMPTS) + 1):
+        verdict = page.get_by_text(f"Step {step} of {len(PROMPTS)}: ran")
+        await expect(verdict.first).to_be_visible(timeout=UI_TIMEOUT_MS)
+    await screenshot(page, "ui-run-logs")
+
+    # ... and, under Artifacts, the progress artifact: every step done.
+    await page.locator("li.p-tab", has_text="Artifacts").click()
+    progress = page.get_by_text(f"progress-{slug(workflow_id)}", exact=True)
+    await expect(progress.first).to_be_visible(timeout=UI_TIMEOUT_MS)
+    done = f"step {len(PROMPTS)} of {len(PROMPTS)} done"
+    await expect(page.get_by_text(done).first).to_be_visible(timeout=UI_TIMEOUT_MS)
+    await screenshot(page, "ui-run-artifacts")
+    clock.mark("run page checked")
