@@ -10,7 +10,7 @@ Run: ``python -m bench.fleet [--sizes 50,200,500] [--worker-runs 200] [--worker-
    never goes down). Every workflow must come back with 3 steps that ran, or the
    script exits non-zero.
 2. **A process worker**: the same 3-step workflow as ``--worker-runs`` separate
-   ``durable-chat`` flow runs, deployed with ``prefect deploy`` from
+   ``durable-chat`` flow runs on a ``prefect server`` of its own, deployed with ``prefect deploy`` from
    ``deployments/prefect.yaml`` (that deployment only) to a process work pool
    whose concurrency limit is ``--worker-limit``, picked up by one ``prefect
    worker start`` on the same API. Printed: wall time from the first run created
@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import os
 import resource
+import socket
 import subprocess
 import sys
 import time
@@ -33,7 +34,9 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx
 from pydantic import SecretStr
 
 from bench._common import load, prefect_api, requests_served
@@ -66,7 +69,7 @@ class Outcome:
 
 async def one_process(sim: SimProcess, size: int, tmp: Path) -> Outcome:
     from blocks import CoderCredentials, SqliteLedger
-    from flows.durable_chats import WorkflowSpec, durable_chats
+    from flows.durable_chats import FleetFailed, WorkflowSpec, durable_chats
 
     credentials = CoderCredentials(
         base_url=sim.base_url, token=SecretStr(sim.token), organization_id=sim.organization_id
@@ -78,17 +81,24 @@ async def one_process(sim: SimProcess, size: int, tmp: Path) -> Outcome:
         for i in range(size)
     ]
     before = await asyncio.to_thread(requests_served, sim)
+    failed: dict[str, str] = {}
+    results: dict[str, Any] = {}
     with sampling(own_rss) as peak:
         started = time.perf_counter()
-        results = await durable_chats(
-            workflows=specs, credentials=credentials, ledger=ledger, max_at_once=size
-        )
+        try:
+            results = await durable_chats(
+                workflows=specs, credentials=credentials, ledger=ledger, max_at_once=size
+            )
+        except FleetFailed as exc:  # the others finished: say which did not, and why
+            failed = exc.failed
         wall = time.perf_counter() - started
     requests = await asyncio.to_thread(requests_served, sim) - before
-    problems = []
+    problems = [f"{workflow_id}: failed ({why})" for workflow_id, why in failed.items()]
     for spec in specs:
         steps = results.get(spec.workflow_id)
-        if steps is None or [s.verdict for s in steps] != ["ran"] * len(PROMPTS):
+        if spec.workflow_id not in failed and (
+            steps is None or [s.verdict for s in steps] != ["ran"] * len(PROMPTS)
+        ):
             problems.append(f"{spec.workflow_id}: {steps!r}")
     return Outcome(1, size, wall, peak, size - len(problems), problems, requests)
 
@@ -138,13 +148,57 @@ def worker(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
         proc.wait()
 
 
-async def process_worker(sim: SimProcess, runs: int, limit: int, tmp: Path) -> Outcome:
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def prefect_server(tmp: Path) -> Iterator[str]:
+    """A ``prefect server`` of its own (no UI, no scheduler): its API URL.
+
+    Not the test API of part 1, which is still recording that part's events.
+    """
+    port = free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    log = tmp / "server.log"
+    argv = [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [*argv, "--no-ui", "--no-scheduler"],
+            cwd=tmp,
+            env=cli_env(api, tmp / "server-home"),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        give_up = time.monotonic() + 180
+        while True:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{api}/health", timeout=5).status_code == 200:
+                    break
+            if proc.poll() is not None or time.monotonic() > give_up:
+                raise SystemExit(f"prefect server did not start; see {log}")
+            time.sleep(0.5)
+        yield api
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def process_worker(sim: SimProcess, runs: int, limit: int, tmp: Path, api: str) -> Outcome:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
     from prefect.client.schemas.objects import StateType
-    from prefect.settings import PREFECT_API_URL
 
-    api = str(PREFECT_API_URL.value())
     env = cli_env(api, tmp / "cli-home")
     run_cli("work-pool", "create", POOL, "--type", "process", env=env)
     run_cli("work-pool", "set-concurrency-limit", POOL, str(limit), env=env)
@@ -273,7 +327,13 @@ def main() -> None:
                 f"\n{args.worker_runs} durable-chat flow runs on a process worker "
                 f"(pool concurrency limit {args.worker_limit}):"
             )
-            outcome = asyncio.run(process_worker(sim, args.worker_runs, args.worker_limit, tmp))
+            with prefect_server(tmp) as api:
+                from prefect.settings import PREFECT_API_URL, temporary_settings
+
+                with temporary_settings(updates={PREFECT_API_URL: api}):
+                    outcome = asyncio.run(
+                        process_worker(sim, args.worker_runs, args.worker_limit, tmp, api)
+                    )
             header()
             row(
                 f"process worker, {args.worker_limit} at once",
