@@ -250,20 +250,25 @@ async def process_worker(sim: SimProcess, runs: int, limit: int, tmp: Path, api:
             worker_rss = rss(proc.pid)
         requests = await asyncio.to_thread(requests_served, sim) - before
         by_id = {r.id: r for r in found}
-        problems = [
-            f"{run_id}: {by_id[run_id].state}"
-            for run_id in ids
-            if (state := by_id[run_id].state) is None or state.type != StateType.COMPLETED
-        ]
+        workflow_ids = [f"proc-{tag}-{i}" for i in range(runs)]
+        bad: dict[str, list[str]] = {}
+        for workflow_id, run_id in zip(workflow_ids, ids, strict=True):
+            state = by_id[run_id].state
+            if state is None or state.type != StateType.COMPLETED:
+                bad.setdefault(workflow_id, []).append(f"flow run {run_id}: {state}")
     # The flow runs' results are not persisted: the ledger says what each workflow did.
-    problems += await finished_in_store(
-        tmp / "worker-ledger.sqlite3", sim.organization_id, [f"proc-{tag}-{i}" for i in range(runs)]
-    )
+    for workflow_id, why in await finished_in_store(
+        tmp / "worker-ledger.sqlite3", sim.organization_id, workflow_ids
+    ):
+        bad.setdefault(workflow_id, []).append(why)
+    problems = [f"{workflow_id}: {'; '.join(why)}" for workflow_id, why in bad.items()]
     print(f"  (the worker process itself: {worker_rss / MIB:.0f} MiB resident at the end)")
-    return Outcome(runs, runs, wall, peak, runs - len(problems), problems, requests)
+    return Outcome(runs, runs, wall, peak, runs - len(bad), problems, requests)
 
 
-async def finished_in_store(path: Path, tenant: str, workflow_ids: list[str]) -> list[str]:
+async def finished_in_store(
+    path: Path, tenant: str, workflow_ids: list[str]
+) -> list[tuple[str, str]]:
     """Each workflow that is not FINISHED with its 3 steps in the ledger, and why."""
     from coder_chat.durable.records import WorkflowState
     from coder_chat.durable.sqlite import SqliteStore
@@ -277,7 +282,7 @@ async def finished_in_store(path: Path, tenant: str, workflow_ids: list[str]) ->
             if record is None or record.state != WorkflowState.FINISHED or None in steps:
                 state = record.state if record else "no record"
                 done = sum(s is not None for s in steps)
-                problems.append(f"{workflow_id}: {state}, {done} step(s) stored")
+                problems.append((workflow_id, f"ledger: {state}, {done} step(s) stored"))
     finally:
         await store.close()
     return problems
