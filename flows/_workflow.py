@@ -133,7 +133,10 @@ async def _steps(
             run_log().info(f"Step {step} of {steps}: cached ({VERDICT_WORDS['cached']}).")
         results.append(result)
         if progress is not None:
-            await progress.advance(f"step {step}: {result.verdict}")
+            # Beyond "ran", the verdict is a recovery decision: say it here too, where
+            # a later kill of this process cannot erase it.
+            why = "" if result.verdict == "ran" else f" ({VERDICT_WORDS[result.verdict]})"
+            await progress.advance(f"step {step}: {result.verdict}{why}")
     return results
 
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from prefect import flow
 
 from blocks import CoderCredentials, PostgresLedger, SqliteLedger
+from coder_chat.durable.records import WorkflowRecord
 from tasks._runtime import run_log
 from tasks.sweep import relaunch_workflow, sweep_orphans
 
@@ -58,7 +59,7 @@ async def orphan_sweep(
     )
     relaunched = 0
     if self_heal and not dry_run:
-        for workflow in summary.stranded:
+        for workflow in _one_per_flow_run(summary.stranded):
             if await relaunch_workflow(workflow, max_relaunches):
                 relaunched += 1
     elif summary.stranded:
@@ -72,3 +73,16 @@ async def orphan_sweep(
         "stranded": len(summary.stranded),
         "relaunched": relaunched,
     }
+
+
+def _one_per_flow_run(stranded: list[WorkflowRecord]) -> list[WorkflowRecord]:
+    """A flow run of ``durable_chats`` holds many workflows: relaunching it once brings
+    them all back, so one stranded workflow per flow run is relaunched."""
+    seen: set[str] = set()
+    chosen: list[WorkflowRecord] = []
+    for workflow in stranded:
+        run = workflow.flow_run_id or f"no-run:{workflow.workflow_id}"
+        if run not in seen:
+            seen.add(run)
+            chosen.append(workflow)
+    return chosen

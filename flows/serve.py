@@ -2,8 +2,8 @@
 
     python -m flows.serve
 
-It registers ``durable-chat``, ``orphan-sweep`` (every 5 minutes) and
-``archive-workflow`` with the Prefect API and runs their flow runs in
+It registers ``durable-chat``, ``durable-chats``, ``orphan-sweep`` (every 5
+minutes) and ``archive-workflow`` with the Prefect API and runs their flow runs in
 subprocesses until stopped; stopping it pauses the sweep's schedule.
 """
 
@@ -17,12 +17,14 @@ from prefect.schedules import Cron
 
 from flows.archive_workflow import archive_workflow
 from flows.durable_chat import durable_chat
+from flows.durable_chats import durable_chats
 from flows.orphan_sweep import orphan_sweep
 
 
 async def serve_all() -> None:
     await aserve(
         await durable_chat.ato_deployment(name="durable-chat", tags=["prefect-coder"]),
+        await durable_chats.ato_deployment(name="durable-chats", tags=["prefect-coder"]),
         await orphan_sweep.ato_deployment(
             name="orphan-sweep",
             tags=["prefect-coder"],

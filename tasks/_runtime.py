@@ -73,7 +73,16 @@ def log_transport(event: TransportEvent) -> None:
             fields["duration_ms"] = round(value * 1000, 1)
         elif name != "type" and value is not None:
             fields[name] = value
-    log.debug(f"{event.type} " + " ".join(f"{k}={v}" for k, v in fields.items()))
+    note = _EXPECTED_CONFLICTS.get(str(fields.get("op"))) if fields.get("status") == 409 else None
+    line = f"{event.type} " + " ".join(f"{k}={v}" for k, v in fields.items())
+    log.debug(f"{line} ({note})" if note else line)
+
+
+#: 409s that are part of the normal path, said in words where they are logged.
+_EXPECTED_CONFLICTS = {
+    "update_chat": "expected: Coder refuses to archive while a stopped run winds down; retried",
+    "interrupt_chat": "expected: nothing was running, so there was nothing to interrupt",
+}
 
 
 def import_object(path: str) -> Any:

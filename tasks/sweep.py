@@ -194,7 +194,7 @@ async def relaunch_workflow(workflow: WorkflowRecord, max_relaunches: int = 3) -
             client=client,
             parameters=last.parameters,
             tags=[tag],
-            flow_run_name=run_name(workflow.workflow_id, workflow.epoch + 1),
+            flow_run_name=_next_name(last.name, workflow),
             timeout=0,
             as_subflow=False,
         )
@@ -203,6 +203,13 @@ async def relaunch_workflow(workflow: WorkflowRecord, max_relaunches: int = 3) -
         f"({flow_run_url(new.id)}); it takes over from run {last.name!r}."
     )
     return str(new.id)
+
+
+def _next_name(last_name: str, workflow: WorkflowRecord) -> str:
+    """A run of one workflow is named by its epoch; a run of many keeps its name."""
+    if last_name == run_name(workflow.workflow_id, workflow.epoch):
+        return run_name(workflow.workflow_id, workflow.epoch + 1)
+    return last_name.removesuffix(" (relaunched)") + " (relaunched)"
 
 
 def flow_run_url(flow_run_id: uuid.UUID) -> str:

@@ -183,7 +183,9 @@ async def _resume_answer(
         tool = ctx.tools.structured
     elif name in ctx.tools.plain:
         tool = ctx.tools.plain[name]
-        ctx.report(f"re-running plain tool {name} for call {call_id} (it has no ledger)")
+        ctx.report(
+            f"Running plain tool {name} again for call {call_id} (plain tools keep no ledger)."
+        )
     else:
         _add(answer, call_id, f"Tool {name!r} is not available in this session.", True)
         return

@@ -148,7 +148,7 @@ async def sweep(
                 finding.action = f"would {finding.action}"
             else:
                 finding = await sweep_pass.act(chat, finding)
-        report(f"chat {chat.id} [{chat.status}] {finding.action}: {finding.reason}")
+        report(f"Chat {chat.id} ({chat.status}) {finding.action}: {finding.reason}.")
         result.findings.append(finding)
     if sweep_pass.fence is not None:
         await store.finish(sweep_pass.fence, WorkflowState.FINISHED)
@@ -161,7 +161,10 @@ async def sweep(
         and not w.workflow_id.startswith(SWEEP_WORKFLOW)
     ]
     for w in result.stranded:
-        report(f"workflow {w.workflow_id} is stranded: running, last heartbeat {w.heartbeat_at}")
+        report(
+            f"Workflow {w.workflow_id} looks stranded: it is running, but its last heartbeat "
+            f"was at {w.heartbeat_at}."
+        )
     return result
 
 

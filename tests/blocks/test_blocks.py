@@ -132,3 +132,32 @@ async def test_prefect_block_register_finds_every_block() -> None:
 def test_the_collection_entry_point_names_the_blocks_module() -> None:
     found = [ep for ep in entry_points(group="prefect.collections") if ep.name == "prefect_coder"]
     assert [ep.value for ep in found] == ["blocks"]
+
+
+async def test_one_store_and_one_client_per_process(tmp_path: Path, sim: Simulator) -> None:
+    """Blocks loaded twice (as every task loads them) share the store of their file and,
+    on one event loop, the client of their deployment; a closed store is opened again."""
+    first = SqliteLedger(path=str(tmp_path / "shared.db")).get_store()
+    assert SqliteLedger(path=str(tmp_path / "shared.db")).get_store() is first
+    assert SqliteLedger(path=str(tmp_path / "other.db")).get_store() is not first
+    await first.close()
+    reopened = SqliteLedger(path=str(tmp_path / "shared.db")).get_store()
+    assert reopened is not first and not reopened.closed
+    await reopened.close()
+
+    def credentials() -> CoderCredentials:
+        return CoderCredentials(
+            base_url=sim.base_url,
+            token=SecretStr(sim.token),
+            organization_id=str(sim.organization_id),
+        )
+
+    client = credentials().shared_client()
+    assert credentials().shared_client() is client
+    assert sim.token not in repr(client)
+    other_loop = await asyncio.to_thread(lambda: asyncio.run(_client_of(credentials())))
+    assert other_loop is not client  # an HTTP client belongs to the loop it was made on
+
+
+async def _client_of(credentials: CoderCredentials) -> object:
+    return credentials.shared_client()

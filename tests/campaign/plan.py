@@ -111,8 +111,9 @@ class WorkflowPlan:
         return [s.prompt for s in self.steps]
 
     @property
-    def output_schemas(self) -> list[str | None] | None:
-        schemas = [s.schema for s in self.steps]
+    def output_schemas(self) -> list[str] | None:
+        """Per step, the schema's import path or ``""`` for text; ``None`` when all are text."""
+        schemas = [s.schema or "" for s in self.steps]
         return schemas if any(schemas) else None
 
     @property

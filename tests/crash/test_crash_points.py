@@ -338,10 +338,10 @@ async def test_point_9_crash_during_recovery(lab: CrashLab, phase: str) -> None:
     )
     assert lab.payments.requests == {entries[0].idempotency_key: 1}
     if phase == "after":
-        assert "honoured the journaled verdict 'resumed'" in third.output()
+        assert "the journal says the earlier attempt was resumed" in third.output()
         assert accepted_interrupts(lab, chat) == interrupts  # the revived run was left alone
     else:
-        assert "the attempt was paused on client tools; answered 1" in third.output()
+        assert "the chat was waiting on client tools; answered 1" in third.output()
 
 
 async def test_point_9_crash_during_recovery_of_an_adopted_first_step(lab: CrashLab) -> None:

@@ -46,7 +46,7 @@ async def test_the_token_never_leaks_through_a_crash_and_a_recovery(lab: CrashLa
     step_1 = b"[wf-token-leak/step-1] plan the refund"  # in step 1's persisted result
     assert holding("home ", step_1), "no persisted result was searched"
     assert holding("home ", b"charged 700 cents"), "the recovered result was not searched"
-    assert holding("child-1 stderr", chat_id) and holding("child-2 stderr", b"recovered")
+    assert holding("child-1 stderr", b"its first run") and holding("child-2 stderr", b"recovered")
     assert holding("log ", b"the earlier attempt finished"), "the API's logs were not read"
     assert holding("artifact ", b"charged 700 cents"), "the transcript artifact was not read"
     assert holding("flow run ", wf.encode()), "no flow-run parameters were read"
