@@ -1,0 +1,72 @@
+"""What the Prefect benchmarks share: a Prefect API of their own, the simulator's request
+count read through its admin routes, percentiles and the load average."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from bench._simproc import SimProcess
+
+
+@contextmanager
+def prefect_api() -> Iterator[Path]:
+    """Prefect's test API (a temporary server in a subprocess, its own database), with
+    results persisted under a temporary directory; yields that directory.
+
+    Analytics are off (no network here). Logging is Prefect's default, as a worker
+    has it: run logs at INFO go to the API and to the console (stderr).
+    """
+    os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
+    from prefect.testing.utilities import prefect_test_harness
+
+    with tempfile.TemporaryDirectory(prefix="prefect-coder-bench-") as tmp:
+        results = Path(tmp) / "results"
+        with (
+            temporary_settings(updates={PREFECT_LOCAL_STORAGE_PATH: results}),
+            prefect_test_harness(server_startup_timeout=180),
+        ):
+            yield Path(tmp)
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} ({os.cpu_count()} cores)"
+
+
+def requests_served(sim: SimProcess) -> int:
+    """How many chat API requests the simulator has served (admin routes not counted)."""
+    response = httpx.get(
+        f"{sim.base_url}/simulator/v1/records/request-counts", headers=sim.headers, timeout=30
+    )
+    response.raise_for_status()
+    counts: dict[str, int] = response.json()
+    return sum(counts.values())
+
+
+def clear_requests(sim: SimProcess) -> None:
+    httpx.delete(
+        f"{sim.base_url}/simulator/v1/records/requests", headers=sim.headers, timeout=30
+    ).raise_for_status()
+
+
+@dataclass(frozen=True)
+class Latency:
+    p50_ms: float
+    p99_ms: float
+    mean_ms: float
+
+
+def latency(samples: list[float]) -> Latency:
+    """p50 (median) and p99 (nearest rank) of ``samples`` in seconds, in milliseconds."""
+    ordered = sorted(samples)
+    p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
+    return Latency(statistics.median(ordered) * 1000, p99 * 1000, statistics.fmean(ordered) * 1000)

@@ -1,0 +1,105 @@
+"""Memory of processes, read from ``/proc`` (Linux): this process's resident set, and the
+resident set (and proportional set) of a process's descendants, sampled in a thread."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+MIB = 1024 * 1024
+
+
+def rss(pid: int | str = "self") -> int:
+    """Resident bytes of one process (0 if it is gone)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * PAGE
+    return 0
+
+
+def pss(pid: int) -> int:
+    """Proportional set size in bytes: shared pages split among their sharers (0 if gone)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def parents() -> dict[int, int]:
+    """pid -> parent pid of every process."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            text = stat.read_text()
+            found[int(stat.parent.name)] = int(text[text.rindex(")") + 2 :].split()[1])
+    return found
+
+
+def descendants(root: int) -> set[int]:
+    table = parents()
+    children: dict[int, list[int]] = {}
+    for pid, ppid in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found: set[int] = set()
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return found
+
+
+@dataclass
+class Peak:
+    """The largest value each sampled figure reached."""
+
+    rss: int = 0
+    pss: int = 0
+    processes: int = 0
+    samples: int = 0
+
+
+@contextmanager
+def sampling(read: Callable[[Peak], None], interval: float = 0.5) -> Iterator[Peak]:
+    """Call ``read(peak)`` every ``interval`` seconds in a thread until the block ends."""
+    peak = Peak()
+    stop = threading.Event()
+
+    def loop() -> None:
+        while True:
+            read(peak)
+            peak.samples += 1
+            if stop.wait(interval):
+                return
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield peak
+    finally:
+        stop.set()
+        thread.join()
+        read(peak)
+
+
+def own_rss(peak: Peak) -> None:
+    peak.rss = max(peak.rss, rss())
+
+
+def tree_of(root: int) -> Callable[[Peak], None]:
+    """A sampler of ``root``'s descendants (not ``root`` itself): summed RSS and PSS."""
+
+    def read(peak: Peak) -> None:
+        pids = descendants(root)
+        peak.rss = max(peak.rss, sum(rss(p) for p in pids))
+        peak.pss = max(peak.pss, sum(pss(p) for p in pids))
+        peak.processes = max(peak.processes, len(pids))
+
+    return read
