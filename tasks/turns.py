@@ -22,6 +22,7 @@ from coder_chat.durable.records import Fence
 from coder_chat.durable.step import StepResult, StepSpec, run_step
 
 from ._runtime import (
+    RETRY_DELAYS,
     Ledger,
     import_model,
     import_tools,
@@ -48,8 +49,8 @@ VERDICT_WORDS = {
     persist_result=True,
     result_serializer="json",
     cache_key_fn=step_cache_key,
-    retries=2,
-    retry_delay_seconds=[1, 5],
+    retries=len(RETRY_DELAYS),
+    retry_delay_seconds=RETRY_DELAYS,
     retry_condition_fn=retry_if_transient,
 )
 async def run_turn(

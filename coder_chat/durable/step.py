@@ -36,13 +36,22 @@ from ..protocol.models import Chat
 from ..protocol.transcript import (
     TranscriptMessage,
     answered_by_server,
+    call_args,
     final_text,
     structured_output,
     to_transcript,
 )
 from .context import PINS_CUT_SHORT, StepContext
 from .markers import LABEL_WORKFLOW, chat_labels, count_attempts, owner_labels, read_tail
-from .records import JournalEntry, RecoveryReason, StepRecord, StepVerdict, prompt_digest, utcnow
+from .records import (
+    JournalEntry,
+    RecoveryReason,
+    StepRecord,
+    StepVerdict,
+    args_digest,
+    prompt_digest,
+    utcnow,
+)
 from .settle import settle_wait
 
 #: How a step ended this time: its turn ran, was recovered or resubmitted; or it had
@@ -231,11 +240,11 @@ async def recover(
         return None
     assert last_user is not None
     after = to_transcript(tail.after(last_user)).messages
-    if await _outcome_never_seen(ctx, chat_id, after):
+    if _outcome_never_seen(ctx, after):
         ctx.report(
             f"Step {ctx.step}: the earlier attempt finished without seeing what its tools did "
             "(Coder answered the calls itself when its tool deadline passed); sending it "
-            "again with their recorded outcomes."
+            "again (a call that already ran is answered from the ledger)."
         )
         return None
     output = structured_output(after, spec.output_type) if spec.output_type else None
@@ -250,26 +259,26 @@ async def recover(
     return _Recovered(final_text(after, ctx.tools.names), output, cursor)
 
 
-async def _outcome_never_seen(
-    ctx: StepContext, chat_id: str, after: list[TranscriptMessage]
-) -> bool:
-    """Did a durable call of this step run, while the model only ever got Coder's own
-    "timed out" answer for it (and for every same-arguments call after it)?
+def _outcome_never_seen(ctx: StepContext, after: list[TranscriptMessage]) -> bool:
+    """Did the model only ever get Coder's own "timed out" answer for a client tool call
+    of this step (and for every same-arguments call after it)?
 
-    Recovery that comes after Coder's tool deadline must still tell the model what
-    the tool did: such an attempt counts as cut short, and the step goes again with
-    the recorded outcomes (a repeated call is answered from the ledger).
+    After a crash, Coder's tool deadline may pass before recovery: the tool ran and its
+    output never reached the model, or it never ran at all (the process died first).
+    Either way the attempt was cut short by the crash, not finished: the step goes
+    again, and a repeated call is answered from the ledger (an effect at most once).
     """
-    entries = [e for e in await ctx.store.list_tools(ctx.tenant, chat_id) if e.marker == ctx.marker]
-    if not entries:
-        return False
+    tools = set(ctx.tools.durable) | set(ctx.tools.plain)
+    calls: dict[str, set[str]] = {}
+    for message in after:
+        for part in message.parts:
+            if part.type == "tool-call" and part.tool_name in tools and part.tool_call_id:
+                same = f"{part.tool_name}:{args_digest(call_args(part.args))}"
+                calls.setdefault(same, set()).add(part.tool_call_id)
     results = [p for m in after for p in m.parts if p.type == "tool-result"]
-    seen = {p.tool_call_id for p in results if not answered_by_server(p)}
-    by_call: dict[str, set[str]] = {}
-    for entry in entries:
-        by_call.setdefault(entry.args_digest, set()).add(entry.tool_call_id)
     asked = {p.tool_call_id for p in results}
-    return any(ids & asked and not ids & seen for ids in by_call.values())
+    seen = {p.tool_call_id for p in results if not answered_by_server(p)}
+    return any(ids & asked and not ids & seen for ids in calls.values())
 
 
 async def _created_with_this_step(ctx: StepContext, chat_id: str) -> bool:

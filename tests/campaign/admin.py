@@ -55,7 +55,11 @@ class Admin:
         return found
 
     async def release(self, held_id: int) -> None:
-        await self._call("POST", f"/held/{held_id}/release")
+        """Release a held request; one that is no longer held (a clear released it, or
+        its client went away with its process) is left as it is."""
+        response = await self._http.request("POST", f"/held/{held_id}/release")
+        if response.status_code != 404:
+            response.raise_for_status()
 
     async def clear(self) -> None:
         """Remove every fault rule and release whatever is still held."""

@@ -309,6 +309,41 @@ async def test_an_attempt_that_never_saw_its_tools_outcome_goes_again(
     assert len(users) == 2 and "charge_card already ran for this step" in users[1]
 
 
+async def test_a_call_that_never_ran_before_coders_tool_deadline_is_run_on_resubmission(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    """The process died before running the step's tool; Coder's deadline answered the
+    call (and the model's call again) with "timed out" and the turn finished. The
+    effect never happened because of the crash: the step goes again, and runs it once."""
+    tenant = str(sim.organization_id)
+    CHARGES.clear()
+    prompt = 'pay /tool charge_card {"amount_cents": 800}'
+    tools = StepTools.build([charge_card])
+    async with (
+        Wire(sim) as wire,
+        ChatClient(base_url=sim.base_url, token=sim.token) as client,
+    ):
+        fence = await store.begin_run(tenant, "wf-never-ran")
+        ctx = StepContext(client, store, fence, "wf-never-ran", 1, tools, FAST)
+        labels = chat_labels("wf-never-ran", 1, "local", await store.store_id())
+        declared = [
+            t.declaration().model_dump(exclude_none=True) for t in tools.for_session(ctx.binding)
+        ]
+        created = await wire.create(
+            f"{ctx.marker} {prompt}", labels=labels, unsafe_dynamic_tools=declared
+        )
+        chat_id = str(created["id"])
+        await store.save_checkpoint(fence, chat_id, None)
+        for _ in range(2):  # the call, then the model's call again, both timed out
+            await sim.wait_for_status(chat_id, "requires_action")
+            sim.time_out_tools(chat_id)
+        await sim.wait_for_status(chat_id, "waiting")
+        result = await run_step(ctx, StepSpec(prompt=prompt))
+    assert result.verdict == "resubmitted"
+    assert [amount for amount, _ in CHARGES] == [800]  # run once, by the resubmission
+    assert "receipt-1" in result.text
+
+
 SLOW_RUNS: list[str] = []
 SIM_CONFIG: list[SimulatorConfig] = []
 
