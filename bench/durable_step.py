@@ -50,15 +50,15 @@ from pydantic import BaseModel, SecretStr
 
 from bench._common import Latency, latency, load, prefect_api, requests_served
 from bench._simproc import SimProcess, simulator_process
-from blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from coder_chat import ChatClient, ChatSession
 from coder_chat.client.events import HttpResponse, TransportEvent, WsEvent
 from coder_chat.durable.context import StepContext, StepTools
 from coder_chat.durable.records import Fence
 from coder_chat.durable.step import StepResult, StepSpec, run_step
 from coder_chat.durable.store import DurableStore
-from tasks import run_turn
-from tasks._runtime import (
+from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
+from prefect_coder.tasks import run_turn
+from prefect_coder.tasks._runtime import (
     Ledger,
     log_transport,
     retry_if_transient,
@@ -66,7 +66,7 @@ from tasks._runtime import (
     runtime,
     step_cache_key,
 )
-from tasks.settings import WorkflowSettings
+from prefect_coder.tasks.settings import WorkflowSettings
 
 WARMUP = 5
 DEFAULT_DSN = "postgresql://127.0.0.1:5432/test"

@@ -68,8 +68,8 @@ class Outcome:
 
 
 async def one_process(sim: SimProcess, size: int, tmp: Path) -> Outcome:
-    from blocks import CoderCredentials, SqliteLedger
-    from flows.durable_chats import FleetFailed, WorkflowSpec, durable_chats
+    from prefect_coder.blocks import CoderCredentials, SqliteLedger
+    from prefect_coder.flows.durable_chats import FleetFailed, WorkflowSpec, durable_chats
 
     credentials = CoderCredentials(
         base_url=sim.base_url, token=SecretStr(sim.token), organization_id=sim.organization_id

@@ -11,9 +11,8 @@ from pydantic import Field, SecretStr
 from coder_chat import ChatClient, ChatSession, CoderConfigError
 from coder_chat.client.events import TransportCallback
 from coder_chat.settings import CoderSettings
-
-from ._project import DOCS_URL, LOGO_URL
-from ._shared import shared_client
+from prefect_coder.blocks._project import DOCS_URL, LOGO_URL
+from prefect_coder.blocks._shared import shared_client
 
 
 class CoderCredentials(CredentialsBlock):
@@ -22,7 +21,7 @@ class CoderCredentials(CredentialsBlock):
     Example:
         Load saved credentials and run a turn:
         ```python
-        from blocks import CoderCredentials
+        from prefect_coder.blocks import CoderCredentials
 
         credentials = CoderCredentials.load("BLOCK_NAME")
         session = credentials.session(labels={"workflow": "nightly"})

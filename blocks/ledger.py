@@ -11,9 +11,8 @@ from pydantic import Field, SecretStr
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.store import DurableStore
 from coder_chat.settings import CoderSettings
-
-from ._project import DOCS_URL, LOGO_URL
-from ._shared import shared_store
+from prefect_coder.blocks._project import DOCS_URL, LOGO_URL
+from prefect_coder.blocks._shared import shared_store
 
 
 class SqliteLedger(Block):
@@ -22,7 +21,7 @@ class SqliteLedger(Block):
     Example:
         Open the store of a saved block:
         ```python
-        from blocks import SqliteLedger
+        from prefect_coder.blocks import SqliteLedger
 
         store = SqliteLedger.load("BLOCK_NAME").get_store()
         ```
@@ -72,7 +71,7 @@ class PostgresLedger(Block):
     Example:
         Open the store of a saved block:
         ```python
-        from blocks import PostgresLedger
+        from prefect_coder.blocks import PostgresLedger
 
         store = PostgresLedger.load("BLOCK_NAME").get_store()
         ```

@@ -11,16 +11,16 @@ from typing import cast
 
 from prefect.client.schemas.objects import State
 
-from blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.step import StepResult
-from tasks import archive_chat, run_turn
-from tasks._runtime import run_log
-from tasks.lifecycle import FailedWorkflow
-from tasks.runs import Progress
-from tasks.settings import WorkflowSettings
-from tasks.turns import VERDICT_WORDS
-from tasks.workflow import (
+from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
+from prefect_coder.tasks import archive_chat, run_turn
+from prefect_coder.tasks._runtime import run_log
+from prefect_coder.tasks.lifecycle import FailedWorkflow
+from prefect_coder.tasks.runs import Progress
+from prefect_coder.tasks.settings import WorkflowSettings
+from prefect_coder.tasks.turns import VERDICT_WORDS
+from prefect_coder.tasks.workflow import (
     Began,
     begin_workflow,
     finish_workflow,

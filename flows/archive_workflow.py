@@ -7,11 +7,11 @@ from collections.abc import Sequence
 from prefect import flow
 from prefect.runtime import deployment as current_deployment
 
-from blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from coder_chat.durable.records import WorkflowState
-from tasks import archive_chat
-from tasks.settings import WorkflowSettings
-from tasks.workflow import begin_workflow, finish_workflow
+from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
+from prefect_coder.tasks import archive_chat
+from prefect_coder.tasks.settings import WorkflowSettings
+from prefect_coder.tasks.workflow import begin_workflow, finish_workflow
 
 
 @flow(name="archive-workflow")

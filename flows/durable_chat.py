@@ -18,14 +18,13 @@ from prefect.client.schemas.objects import FlowRun, State
 from prefect.runtime import deployment as current_deployment
 from prefect.runtime import flow_run as current_flow_run
 
-from blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from coder_chat.durable.step import StepResult
-from tasks._runtime import run_log
-from tasks.lifecycle import FailedWorkflow, end_failed_workflow
-from tasks.runs import Progress
-from tasks.settings import WorkflowSettings
-
-from ._workflow import Where, Workflow, begin, run_workflow, tally
+from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
+from prefect_coder.flows._workflow import Where, Workflow, begin, run_workflow, tally
+from prefect_coder.tasks._runtime import run_log
+from prefect_coder.tasks.lifecycle import FailedWorkflow, end_failed_workflow
+from prefect_coder.tasks.runs import Progress
+from prefect_coder.tasks.settings import WorkflowSettings
 
 #: Frozen, so one instance serves as every call's default.
 DEFAULT_SETTINGS = WorkflowSettings()

@@ -21,14 +21,13 @@ from prefect.runtime import deployment as current_deployment
 from prefect.runtime import flow_run as current_flow_run
 from pydantic import BaseModel, ConfigDict, Field
 
-from blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from coder_chat.durable.step import StepResult
-from tasks._runtime import run_log
-from tasks.lifecycle import end_failed_workflow
-from tasks.runs import Progress, supersede
-from tasks.settings import WorkflowSettings
-
-from ._workflow import Where, Workflow, begin, run_workflow, tally
+from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
+from prefect_coder.flows._workflow import Where, Workflow, begin, run_workflow, tally
+from prefect_coder.tasks._runtime import run_log
+from prefect_coder.tasks.lifecycle import end_failed_workflow
+from prefect_coder.tasks.runs import Progress, supersede
+from prefect_coder.tasks.settings import WorkflowSettings
 
 DEFAULT_SETTINGS = WorkflowSettings()
 

@@ -12,10 +12,10 @@ from collections.abc import Sequence
 
 from prefect import flow
 
-from blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from coder_chat.durable.records import WorkflowRecord
-from tasks._runtime import run_log
-from tasks.sweep import relaunch_workflow, sweep_orphans
+from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
+from prefect_coder.tasks._runtime import run_log
+from prefect_coder.tasks.sweep import relaunch_workflow, sweep_orphans
 
 
 @flow(name="orphan-sweep", timeout_seconds=240)

@@ -1,6 +1,6 @@
 """Serve the three deployments from one process, for setups without a worker.
 
-    python -m flows.serve
+    python -m prefect_coder.flows.serve
 
 It registers ``durable-chat``, ``durable-chats``, ``orphan-sweep`` (every 5
 minutes) and ``archive-workflow`` with the Prefect API and runs their flow runs in
@@ -15,10 +15,10 @@ from prefect import aserve
 from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.schedules import Cron
 
-from flows.archive_workflow import archive_workflow
-from flows.durable_chat import durable_chat
-from flows.durable_chats import durable_chats
-from flows.orphan_sweep import orphan_sweep
+from prefect_coder.flows.archive_workflow import archive_workflow
+from prefect_coder.flows.durable_chat import durable_chat
+from prefect_coder.flows.durable_chats import durable_chats
+from prefect_coder.flows.orphan_sweep import orphan_sweep
 
 
 async def serve_all() -> None:

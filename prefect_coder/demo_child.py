@@ -8,7 +8,7 @@ import sys
 
 
 def main() -> None:
-    from flows.durable_chat import durable_chat
+    from prefect_coder.flows.durable_chat import durable_chat
 
     params = json.loads(sys.argv[1])
     results = asyncio.run(durable_chat(**params))

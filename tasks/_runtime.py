@@ -18,11 +18,11 @@ from prefect.logging.loggers import LoggingAdapter, PrefectLogAdapter
 from prefect.tasks import Task
 from pydantic import BaseModel
 
-from blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from coder_chat import ChatClient, CoderConfigError, is_retryable
 from coder_chat.client.events import TransportEvent, WsEvent
 from coder_chat.durable.store import DurableStore
 from coder_chat.durable.tools import DurableTool
+from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
 
 T = TypeVar("T")
 

@@ -8,15 +8,14 @@ from dataclasses import dataclass, field
 from prefect import task
 from prefect.logging.loggers import LoggingAdapter
 
-from blocks import CoderCredentials
 from coder_chat import ChatClient, CoderError
 from coder_chat.durable.context import DurableOptions, StepContext, StepTools
 from coder_chat.durable.records import Fence, WorkflowState
 from coder_chat.durable.retire import Retired, retire_chat
 from coder_chat.durable.step import StepSpec, recover
 from coder_chat.durable.store import DurableStore
-
-from ._runtime import (
+from prefect_coder.blocks import CoderCredentials
+from prefect_coder.tasks._runtime import (
     RETRY_DELAYS,
     Ledger,
     import_model,
@@ -26,7 +25,7 @@ from ._runtime import (
     runtime,
     with_retries,
 )
-from .settings import WorkflowSettings
+from prefect_coder.tasks.settings import WorkflowSettings
 
 
 @task(

@@ -16,14 +16,20 @@ from prefect.exceptions import ObjectNotFound
 from prefect.settings import PREFECT_UI_URL
 from pydantic import BaseModel
 
-from blocks import CoderCredentials
 from coder_chat.durable.context import StepTools
 from coder_chat.durable.records import WorkflowRecord, WorkflowState
 from coder_chat.durable.store import DurableStore
 from coder_chat.durable.sweep import SWEEP_WORKFLOW, SweepPolicy, mark_failed, sweep
-
-from ._runtime import RETRY_DELAYS, Ledger, import_tools, retry_if_transient, run_log, runtime
-from .runs import run_name, slug
+from prefect_coder.blocks import CoderCredentials
+from prefect_coder.tasks._runtime import (
+    RETRY_DELAYS,
+    Ledger,
+    import_tools,
+    retry_if_transient,
+    run_log,
+    runtime,
+)
+from prefect_coder.tasks.runs import run_name, slug
 
 #: A run that ended like this left its workflow unfinished: relaunch it.
 ENDED_BADLY = frozenset({"crashed", "cancelled", "gone"})

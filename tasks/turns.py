@@ -15,13 +15,12 @@ from collections.abc import Sequence
 from prefect import task
 from prefect.context import TaskRunContext
 
-from blocks import CoderCredentials
 from coder_chat import CoderConfigError
 from coder_chat.durable.context import StepContext, StepTools
 from coder_chat.durable.records import Fence
 from coder_chat.durable.step import StepResult, StepSpec, run_step
-
-from ._runtime import (
+from prefect_coder.blocks import CoderCredentials
+from prefect_coder.tasks._runtime import (
     RETRY_DELAYS,
     Ledger,
     import_model,
@@ -31,7 +30,7 @@ from ._runtime import (
     runtime,
     step_cache_key,
 )
-from .settings import WorkflowSettings
+from prefect_coder.tasks.settings import WorkflowSettings
 
 #: What each verdict means, for the step's log line.
 VERDICT_WORDS = {

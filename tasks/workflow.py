@@ -8,16 +8,15 @@ from dataclasses import dataclass
 from prefect import task
 from prefect.artifacts import acreate_markdown_artifact
 
-from blocks import CoderCredentials
 from coder_chat import CoderError
 from coder_chat.durable.markers import step_marker
 from coder_chat.durable.records import Fence, WorkflowState
 from coder_chat.durable.step import StepResult
 from coder_chat.durable.store import FencedOut
 from coder_chat.protocol.transcript import to_transcript
-
-from ._runtime import RETRY_DELAYS, Ledger, retry_if_transient, run_log, runtime
-from .runs import name_and_supersede, slug
+from prefect_coder.blocks import CoderCredentials
+from prefect_coder.tasks._runtime import RETRY_DELAYS, Ledger, retry_if_transient, run_log, runtime
+from prefect_coder.tasks.runs import name_and_supersede, slug
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,10 @@ from prefect.settings import PREFECT_API_URL
 from prefect.testing.standard_test_suites.blocks import BlockStandardTestSuite
 from pydantic import SecretStr
 
-from blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from coder_chat import CoderConfigError
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
+from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
 
 ALL_BLOCKS: list[type[Block]] = [CoderCredentials, SqliteLedger, PostgresLedger]
 B = TypeVar("B", bound=Block)
@@ -123,7 +123,14 @@ async def test_prefect_block_register_finds_every_block() -> None:
     exe = Path(sys.executable).parent / "prefect"
     env = {**os.environ, "PREFECT_API_URL": api_url, "PREFECT_SERVER_ANALYTICS_ENABLED": "false"}
     done = await asyncio.create_subprocess_exec(
-        str(exe), "block", "register", "-m", "blocks", env=env, stdout=PIPE, stderr=STDOUT
+        str(exe),
+        "block",
+        "register",
+        "-m",
+        "prefect_coder.blocks",
+        env=env,
+        stdout=PIPE,
+        stderr=STDOUT,
     )
     output, _ = await done.communicate()
     assert done.returncode == 0, output.decode()
@@ -135,7 +142,7 @@ async def test_prefect_block_register_finds_every_block() -> None:
 
 def test_the_collection_entry_point_names_the_blocks_module() -> None:
     found = [ep for ep in entry_points(group="prefect.collections") if ep.name == "prefect_coder"]
-    assert [ep.value for ep in found] == ["blocks"]
+    assert [ep.value for ep in found] == ["prefect_coder.blocks"]
 
 
 async def test_one_store_and_one_client_per_process(tmp_path: Path, sim: Simulator) -> None:

@@ -16,9 +16,9 @@ from pathlib import Path
 import asyncpg
 from pydantic import SecretStr
 
-from blocks import PostgresLedger
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.store import DurableStore
+from prefect_coder.blocks import PostgresLedger
 from tests.pgcluster import PgCluster, PgClusterUnavailable, _bindir
 
 POSTGRES_BLOCK_SLUG = "prefect-coder-postgres-ledger"

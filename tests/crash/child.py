@@ -23,7 +23,7 @@ GO = "go"
 
 
 async def run(params: dict[str, Any]) -> list[dict[str, Any]]:
-    from flows.durable_chat import durable_chat
+    from prefect_coder.flows.durable_chat import durable_chat
 
     results = await durable_chat(**await flow_params(params))
     return [r.model_dump(mode="json") for r in results]
@@ -34,7 +34,7 @@ async def flow_params(params: dict[str, Any]) -> dict[str, Any]:
     block's ``slug/name``: here they become ``settings`` and the loaded block."""
     from prefect.blocks.core import Block
 
-    from tasks.settings import WorkflowSettings
+    from prefect_coder.tasks.settings import WorkflowSettings
 
     fields = WorkflowSettings.model_fields
     flat = {k: v for k, v in params.items() if k not in fields}
@@ -46,7 +46,7 @@ async def flow_params(params: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     params = json.loads(argv[1])
-    import flows.durable_chat  # noqa: F401 - the slow part, done before the signal
+    import prefect_coder.flows.durable_chat  # noqa: F401 - the slow part, done before the signal
 
     print(READY, flush=True)
     if sys.stdin.readline().strip() != GO:

@@ -10,9 +10,9 @@ from prefect.client.orchestration import get_client
 
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
-from flows.archive_workflow import archive_workflow
-from flows.durable_chat import durable_chat
-from tasks.settings import WorkflowSettings
+from prefect_coder.flows.archive_workflow import archive_workflow
+from prefect_coder.flows.durable_chat import durable_chat
+from prefect_coder.tasks.settings import WorkflowSettings
 
 from .example_tools import CHARGES
 

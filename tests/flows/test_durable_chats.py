@@ -15,7 +15,7 @@ from coder_chat.durable.markers import LABEL_WORKFLOW
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
-from flows.durable_chats import FleetFailed, WorkflowSpec, durable_chats
+from prefect_coder.flows.durable_chats import FleetFailed, WorkflowSpec, durable_chats
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from coder_chat.simulator import Simulator
-from flows.durable_chat import durable_chat
-from tasks.settings import WorkflowSettings
+from prefect_coder.flows.durable_chat import durable_chat
+from prefect_coder.tasks.settings import WorkflowSettings
 
 from .example_tools import CHARGES
 

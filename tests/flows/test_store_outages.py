@@ -14,12 +14,12 @@ from uuid import uuid4
 
 import pytest
 
-from blocks import PostgresLedger
 from coder_chat.durable.postgres import PostgresStore
 from coder_chat.durable.records import WorkflowState
 from coder_chat.simulator import Simulator
-from flows.durable_chat import durable_chat
-from tasks.settings import WorkflowSettings
+from prefect_coder.blocks import PostgresLedger
+from prefect_coder.flows.durable_chat import durable_chat
+from prefect_coder.tasks.settings import WorkflowSettings
 from tests.pgcluster import PgCluster
 
 from .example_tools import CHARGES

@@ -19,10 +19,10 @@ from prefect.states import Running
 
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
-from flows.durable_chat import durable_chat
-from flows.orphan_sweep import orphan_sweep
-from tasks.runs import run_name
-from tasks.settings import WorkflowSettings
+from prefect_coder.flows.durable_chat import durable_chat
+from prefect_coder.flows.orphan_sweep import orphan_sweep
+from prefect_coder.tasks.runs import run_name
+from prefect_coder.tasks.settings import WorkflowSettings
 
 from .example_tools import CHARGES
 

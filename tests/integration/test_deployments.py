@@ -60,7 +60,7 @@ from coder_chat.durable.step import StepResult
 from coder_chat.simulator import Simulator, SimulatorConfig, serve_simulator
 from coder_chat.simulator.state import Chat
 from prefect_coder.payments import serve_payments
-from tasks.runs import run_name, slug
+from prefect_coder.tasks.runs import run_name, slug
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(sys.executable).parent / "prefect")
@@ -409,9 +409,9 @@ async def with_deployments(
     durable = await client.read_deployment_by_name("durable-chat/durable-chat")
     sweep = await client.read_deployment_by_name("orphan-sweep/orphan-sweep")
     archive = await client.read_deployment_by_name("archive-workflow/archive-workflow")
-    assert durable.entrypoint == "flows.durable_chat:durable_chat"
-    assert sweep.entrypoint == "flows.orphan_sweep:orphan_sweep"
-    assert archive.entrypoint == "flows.archive_workflow:archive_workflow"
+    assert durable.entrypoint == "prefect_coder.flows.durable_chat:durable_chat"
+    assert sweep.entrypoint == "prefect_coder.flows.orphan_sweep:orphan_sweep"
+    assert archive.entrypoint == "prefect_coder.flows.archive_workflow:archive_workflow"
     for deployment in (durable, sweep, archive):
         assert deployment.work_pool_name == POOL
         assert deployment.enforce_parameter_schema

@@ -36,8 +36,8 @@ from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.workers.process import ProcessWorker
 
-from blocks import CoderCredentials
-from tasks.runs import run_name, slug
+from prefect_coder.blocks import CoderCredentials
+from prefect_coder.tasks.runs import run_name, slug
 from tests.integration.browser import chromium, clear_screenshots, require_chromium, screenshot
 from tests.integration.procs import (
     Proc,

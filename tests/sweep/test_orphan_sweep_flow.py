@@ -12,8 +12,8 @@ from coder_chat.durable.markers import chat_labels
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
-from flows.durable_chat import durable_chat
-from flows.orphan_sweep import orphan_sweep
+from prefect_coder.flows.durable_chat import durable_chat
+from prefect_coder.flows.orphan_sweep import orphan_sweep
 from tests.simulator.wire import Wire
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
