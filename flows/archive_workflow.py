@@ -9,9 +9,10 @@ from prefect.runtime import deployment as current_deployment
 
 from coder_chat.durable.records import WorkflowState
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
-from prefect_coder.tasks import archive_chat
+from prefect_coder.tasks._runtime import resolve_tools, runtime
+from prefect_coder.tasks.lifecycle import archive_chat
 from prefect_coder.tasks.settings import WorkflowSettings
-from prefect_coder.tasks.workflow import begin_workflow, finish_workflow
+from prefect_coder.tasks.workflow import WorkflowRun, finish_workflow, take_epoch
 
 
 @flow(name="archive-workflow")
@@ -28,14 +29,19 @@ async def archive_workflow(
     out before its chat is archived. Returns whether a chat was archived.
     """
     deployment = current_deployment.name or "local"
-    began = await begin_workflow(workflow_id, deployment, None, credentials, ledger)
-    archived = await archive_chat(
-        workflow_id=workflow_id,
-        epoch=began.epoch,
-        tools=tools,
-        settings=WorkflowSettings(allow_plain_tools=allow_plain_tools),
+    settings = WorkflowSettings(allow_plain_tools=allow_plain_tools)
+    rt = runtime(credentials, ledger)
+    fence = await take_epoch(rt, workflow_id, deployment, None, settings)
+    run = WorkflowRun(
+        fence,
+        rt,
+        deployment=deployment,
+        flow_run_id=None,
         credentials=credentials,
         ledger=ledger,
+        settings=settings,
+        tools=resolve_tools(tools, allow_plain=allow_plain_tools),
     )
-    await finish_workflow(workflow_id, began.epoch, WorkflowState.FINISHED, credentials, ledger)
+    archived = await archive_chat(run)
+    await finish_workflow(run, WorkflowState.FINISHED)
     return archived

@@ -2,11 +2,12 @@
 
 A process worker starts one Python process per flow run (about 160 MB), so a
 fleet of agent workflows, each mostly waiting on Coder, is cheaper as many
-workflows in one process. Each is still its own workflow: its own
-``workflow_id``, checkpoint, fencing epoch, heartbeat and archive. A workflow
-that fails is ended (its chat archived, marked FAILED) while the others go on;
-the run fails at the end if any did. A run that crashes is relaunched whole by
-the sweep, and its finished workflows come back from the store.
+workflows in one process. Each is still its own workflow (a
+:class:`~prefect_coder.chat.DurableChat`): its own ``workflow_id``, checkpoint,
+fencing epoch, heartbeat and archive. A workflow that fails is ended (its chat
+archived, marked FAILED) while the others go on; the run fails at the end if any
+did. A run that crashes is relaunched whole by the sweep, and its finished
+workflows come back from the store.
 """
 
 from __future__ import annotations
@@ -14,22 +15,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 
 from prefect import flow
 from prefect.concurrency.asyncio import concurrency
-from prefect.runtime import deployment as current_deployment
 from prefect.runtime import flow_run as current_flow_run
 from pydantic import BaseModel, ConfigDict, Field
 
 from coder_chat.durable.step import StepResult
+from coder_chat.durable.store import FencedOut
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
-from prefect_coder.flows._workflow import Where, Workflow, begin, run_workflow, tally
-from prefect_coder.tasks._runtime import run_log
-from prefect_coder.tasks.lifecycle import end_failed_workflow
-from prefect_coder.tasks.runs import Progress, supersede
+from prefect_coder.chat import DEFAULT_SETTINGS, DurableChat, Superseded, tally
+from prefect_coder.tasks._runtime import import_model, run_log
+from prefect_coder.tasks.runs import Progress, end_superseded, name_the_run, slug, supersede
 from prefect_coder.tasks.settings import WorkflowSettings
-
-DEFAULT_SETTINGS = WorkflowSettings()
 
 
 class WorkflowSpec(BaseModel):
@@ -48,6 +47,49 @@ class FleetFailed(Exception):
         self.failed = failed
         listed = "; ".join(f"{wf}: {why}" for wf, why in sorted(failed.items()))
         super().__init__(f"{len(failed)} of {total} workflow(s) failed ({listed})")
+
+
+def fleet_name(workflows: Sequence[WorkflowSpec]) -> str:
+    """``3 workflows: ticket-1, ticket-2, ticket-3`` (the first few, then how many more)."""
+    ids = [w.workflow_id for w in workflows]
+    shown = ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")
+    return f"{len(ids)} workflow{'s' if len(ids) != 1 else ''}: {shown}"
+
+
+@dataclass(frozen=True)
+class ChatOptions:
+    """What every workflow of the fleet is run with."""
+
+    credentials: CoderCredentials | None
+    ledger: SqliteLedger | PostgresLedger | None
+    tools: Sequence[str]
+    settings: WorkflowSettings
+
+    def chat(self, spec: WorkflowSpec) -> DurableChat:
+        return DurableChat(
+            spec.workflow_id,
+            credentials=self.credentials,
+            ledger=self.ledger,
+            tools=self.tools,
+            settings=self.settings,
+            expected_turns=len(spec.prompts),
+            owns_run=False,
+        )
+
+
+@dataclass
+class Fleet:
+    """What one flow run of many workflows shares while they run."""
+
+    options: ChatOptions
+    progress: Progress
+    this_run: str | None
+    name: str
+    #: Runs this one replaced, each marked superseded once (the whole fleet ran there).
+    replaced: set[str] = field(default_factory=set)
+    failed: dict[str, str] = field(default_factory=dict)
+    superseded: list[FencedOut] = field(default_factory=list)
+    results: dict[str, list[StepResult]] = field(default_factory=dict)
 
 
 @flow(name="durable-chats")
@@ -76,52 +118,76 @@ async def durable_chats(
             per-user chat quota, say); empty for none.
     """
     log = run_log()
-    where = Where(current_flow_run.id, current_deployment.name or "local", name_the_run=False)
-    fleet = [
-        Workflow(w.workflow_id, w.prompts, tools, output_schemas, credentials, ledger, settings)
-        for w in workflows
-    ]
-    progress = Progress("durable-chats", len(fleet), unit="workflow")
-    await progress.start()
+    fleet = await _fleet(workflows, tools, credentials, ledger, settings)
+    schemas = [import_model(path) for path in output_schemas]
     gate = asyncio.Semaphore(max(1, max_at_once))
-    replaced: set[str] = set()
-    failed: dict[str, str] = {}
-    results: dict[str, list[StepResult]] = {}
 
-    async def one(wf: Workflow) -> None:
+    async def one(spec: WorkflowSpec) -> None:
         async with gate, _slot(concurrency_limit):
-            outcome = await _run_one(wf, where, replaced)
-        if isinstance(outcome, str):
-            failed[wf.workflow_id] = outcome
-            await progress.advance(f"{wf.workflow_id}: failed ({outcome})")
-        else:
-            results[wf.workflow_id] = outcome
-            await progress.advance(f"{wf.workflow_id}: {tally(outcome)}")
+            await _run_one(spec, schemas, fleet)
 
-    await asyncio.gather(*(one(wf) for wf in fleet))
-    log.info(f"{len(results)} of {len(fleet)} workflow(s) finished, {len(failed)} failed.")
-    if failed:
-        raise FleetFailed(failed, len(fleet))
-    return results
+    await asyncio.gather(*(one(spec) for spec in workflows))
+    await fleet.progress.flush(finished=True)
+    if fleet.superseded and fleet.this_run:
+        await end_superseded(fleet.this_run, None, log)
+        raise Superseded(str(fleet.superseded[0]))
+    log.info(
+        f"{len(fleet.results)} of {len(workflows)} workflow(s) finished, "
+        f"{len(fleet.failed)} failed."
+    )
+    if fleet.failed:
+        raise FleetFailed(fleet.failed, len(workflows))
+    return fleet.results
 
 
-async def _run_one(wf: Workflow, where: Where, replaced: set[str]) -> list[StepResult] | str:
-    """Run one workflow; a failure ends it (archived, marked FAILED) and says why."""
+async def _fleet(
+    workflows: Sequence[WorkflowSpec],
+    tools: Sequence[str],
+    credentials: CoderCredentials | None,
+    ledger: SqliteLedger | PostgresLedger | None,
+    settings: WorkflowSettings,
+) -> Fleet:
+    """Name the run after its workflows and start its progress artifact."""
+    this_run = current_flow_run.id
+    name = fleet_name(workflows)
+    if this_run is not None:
+        name = await name_the_run(this_run, current_flow_run.name or "", name, run_log())
+    key = f"progress-{slug(workflows[0].workflow_id if workflows else 'fleet')}"
+    progress = Progress(
+        name,
+        len(workflows),
+        key=f"{key}-{(this_run or 'local')[:8]}",
+        unit="workflow",
+    )
+    await progress.start()
+    return Fleet(ChatOptions(credentials, ledger, tools, settings), progress, this_run, name)
+
+
+async def _run_one(spec: WorkflowSpec, schemas: list[type[BaseModel] | None], fleet: Fleet) -> None:
+    """Run one workflow; a failure ends it (archived, marked FAILED) and is counted."""
+    chat = fleet.options.chat(spec)
     try:
-        began = await begin(wf, where)
-        if began.previous_run and began.previous_run not in replaced:
-            replaced.add(began.previous_run)  # the whole fleet ran there: mark it once
-            if where.flow_run_id:
-                name = str(current_flow_run.name)
-                await supersede(began.previous_run, where.flow_run_id, name, run_log())
-        return await run_workflow(wf, where, began)
+        async with chat:
+            await _supersede_once(chat, fleet)
+            for step, prompt in enumerate(spec.prompts, start=1):
+                await chat.turn(prompt, output=schemas[step - 1] if step <= len(schemas) else None)
+    except FencedOut as exc:
+        fleet.superseded.append(exc)
+        return
     except Exception as exc:  # noqa: BLE001 - one workflow's failure must not stop the others
-        log = run_log()
-        log.error(f"Workflow {wf.workflow_id} failed: {exc}")
-        if where.flow_run_id:
-            with contextlib.suppress(Exception):
-                await end_failed_workflow(wf.failed(where.flow_run_id), log)
-        return str(exc) or type(exc).__name__
+        why = str(exc) or type(exc).__name__
+        fleet.failed[spec.workflow_id] = why
+        await fleet.progress.advance(f"{spec.workflow_id}: failed ({why})")
+        return
+    fleet.results[spec.workflow_id] = chat.results
+    await fleet.progress.advance(f"{spec.workflow_id}: {tally(chat.results)}")
+
+
+async def _supersede_once(chat: DurableChat, fleet: Fleet) -> None:
+    previous = chat.previous_run
+    if previous and fleet.this_run and previous not in fleet.replaced:
+        fleet.replaced.add(previous)
+        await supersede(previous, fleet.this_run, fleet.name, run_log())
 
 
 @contextlib.asynccontextmanager

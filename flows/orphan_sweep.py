@@ -9,12 +9,15 @@ a pause from the ledger before that happens.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from prefect import flow
+from prefect.runtime import flow_run as current_flow_run
 
 from coder_chat.durable.records import WorkflowRecord
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from prefect_coder.tasks._runtime import run_log
+from prefect_coder.tasks.runs import name_the_run
 from prefect_coder.tasks.sweep import relaunch_workflow, sweep_orphans
 
 
@@ -47,6 +50,7 @@ async def orphan_sweep(
         credentials: Saved Coder credentials (none: the worker's environment).
         ledger: The durable-chat deployment's store (none: the embedded SQLite store).
     """
+    await _name_the_pass(target_deployment)
     summary = await sweep_orphans(
         target_deployment,
         orphan_age_seconds,
@@ -73,6 +77,15 @@ async def orphan_sweep(
         "stranded": len(summary.stranded),
         "relaunched": relaunched,
     }
+
+
+async def _name_the_pass(target: str) -> None:
+    """``sweep durable-chat · 13:05:00 UTC``: which deployment, and which pass."""
+    this_run = current_flow_run.id
+    if this_run is not None:
+        at = datetime.now(UTC).strftime("%H:%M:%S UTC")
+        name = f"sweep {target} · {at}"
+        await name_the_run(this_run, current_flow_run.name or "", name, run_log())
 
 
 def _one_per_flow_run(stranded: list[WorkflowRecord]) -> list[WorkflowRecord]:

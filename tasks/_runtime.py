@@ -3,28 +3,32 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import importlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
-from prefect import get_run_logger
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
 from prefect.client.schemas.objects import State, TaskRun
 from prefect.context import TaskRunContext
 from prefect.exceptions import MissingContextError
 from prefect.logging.loggers import LoggingAdapter, PrefectLogAdapter
-from prefect.tasks import Task
+from prefect.tasks import Task, TaskRunNameValueOrCallable
 from pydantic import BaseModel
 
 from coder_chat import ChatClient, CoderConfigError, is_retryable
 from coder_chat.client.events import TransportEvent, WsEvent
+from coder_chat.client.tools import ToolFunction
+from coder_chat.durable.context import StepTools
 from coder_chat.durable.store import DurableStore
 from coder_chat.durable.tools import DurableTool
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
 
 T = TypeVar("T")
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 Ledger = SqliteLedger | PostgresLedger
@@ -101,12 +105,22 @@ def import_object(path: str) -> Any:
     return target
 
 
+#: A client tool as a flow names it: the object, or its import path (``module:function``).
+ToolLike = DurableTool | ToolFunction | str
+
+
 def import_tools(paths: Sequence[str]) -> list[Any]:
     tools = [import_object(p) for p in paths]
     for path, tool in zip(paths, tools, strict=True):
         if not isinstance(tool, DurableTool) and not asyncio.iscoroutinefunction(tool):
             raise CoderConfigError(f"{path} is neither a durable tool nor an async function")
     return tools
+
+
+def resolve_tools(tools: Sequence[ToolLike], *, allow_plain: bool = False) -> StepTools:
+    """A workflow's client tools, imported where given by path and checked: once per run."""
+    resolved = [import_tools([t])[0] if isinstance(t, str) else t for t in tools]
+    return StepTools.build(resolved, allow_plain=allow_plain)
 
 
 def import_model(path: str | None) -> type[BaseModel] | None:
@@ -146,9 +160,31 @@ async def retry_if_transient(task: Task[..., Any], task_run: TaskRun, state: Sta
     return False
 
 
-def step_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
-    """Ids only (tenant, workflow, step, a hash of the prompt): a re-run of the same
-    workflow skips its finished steps."""
-    digest = hashlib.sha256(str(parameters["prompt"]).encode()).hexdigest()[:16]
-    tenant = parameters["tenant"]
-    return f"prefect-coder/{tenant}/{parameters['workflow_id']}/step-{parameters['step']}/{digest}"
+def durable_task(
+    *,
+    name: str,
+    task_run_name: TaskRunNameValueOrCallable,
+    cache_key_fn: Callable[[TaskRunContext, dict[str, Any]], str] | None = None,
+) -> Callable[[Callable[P, R]], Task[P, R]]:
+    """Every task of ours: retried on what :func:`is_retryable` calls transient, with the
+    same delays. With ``cache_key_fn`` its result is persisted (JSON) under that key;
+    without it nothing is cached, so Prefect never hashes a task's inputs."""
+    if cache_key_fn is None:
+        return task(
+            name=name,
+            task_run_name=task_run_name,
+            retries=len(RETRY_DELAYS),
+            retry_delay_seconds=RETRY_DELAYS,
+            retry_condition_fn=retry_if_transient,
+            cache_policy=NO_CACHE,
+        )
+    return task(
+        name=name,
+        task_run_name=task_run_name,
+        retries=len(RETRY_DELAYS),
+        retry_delay_seconds=RETRY_DELAYS,
+        retry_condition_fn=retry_if_transient,
+        cache_key_fn=cache_key_fn,
+        persist_result=True,
+        result_serializer="json",
+    )

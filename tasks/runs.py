@@ -7,17 +7,29 @@ reads in the UI, so a failure here is logged and never fails the workflow.
 
 from __future__ import annotations
 
+import re
+import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from uuid import UUID
 
-from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifact
+from prefect.artifacts import (
+    acreate_markdown_artifact,
+    acreate_progress_artifact,
+    aupdate_progress_artifact,
+)
 from prefect.client.orchestration import PrefectClient, get_client
 from prefect.client.schemas.actions import LogCreate
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.logging.loggers import LoggingAdapter
 from prefect.states import Cancelled
+
+from coder_chat.durable.step import StepResult
+
+#: The name of the state a replaced run ends in (a kind of Cancelled).
+SUPERSEDED = "Superseded"
 
 #: States of a replaced run worth correcting: it never finished, so it looks alive or crashed.
 _UNFINISHED = {
@@ -35,20 +47,28 @@ def run_name(workflow_id: str, epoch: int) -> str:
     return f"{workflow_id} · epoch {epoch}"
 
 
-async def name_and_supersede(
-    workflow_id: str, epoch: int, this_run: str, previous_run: str | None, log: LoggingAdapter
-) -> str | None:
-    """Name this run after its workflow and epoch; mark the run it replaces superseded.
+#: Names Prefect makes up for a run (``crafty-otter``); any other name was given by a person.
+_GENERATED_NAME = re.compile(r"^[a-z]+-[a-z]+$")
 
-    Returns the replaced run's name, when there was one to mark.
-    """
-    name = run_name(workflow_id, epoch)
+
+async def name_the_run(this_run: str, current_name: str, name: str, log: LoggingAdapter) -> str:
+    """Name this run ``name``, unless a person named it: then it keeps that name and the
+    log says which workflow and epoch it is. Returns the run's name."""
+    if current_name == name:
+        return name
+    if current_name and not _GENERATED_NAME.match(current_name):
+        log.info(f"This run keeps the name it was given, {current_name!r}; it is {name}.")
+        return current_name
+    await rename(this_run, name, log)
+    return name
+
+
+async def rename(this_run: str, name: str, log: LoggingAdapter) -> None:
     try:
         async with get_client() as client:
             await client.update_flow_run(UUID(this_run), name=name)
     except Exception as exc:  # noqa: BLE001 - names are for people; the epoch already fences
         log.warning(f"Could not name this run {name!r} ({exc}).")
-    return await supersede(previous_run, this_run, name, log)
 
 
 async def supersede(
@@ -79,16 +99,14 @@ async def supersede(
 async def _supersede(client: PrefectClient, old: FlowRun, new_name: str, new_id: str) -> None:
     """Cancel the replaced run and its unfinished tasks with a message naming the new run."""
     message = f"Superseded by run {new_name!r} ({new_id}): its process stopped without finishing."
-    await client.set_flow_run_state(
-        old.id, Cancelled(name="Superseded", message=message), force=True
-    )
+    await client.set_flow_run_state(old.id, Cancelled(name=SUPERSEDED, message=message), force=True)
     tasks = await client.read_task_runs(
         flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[old.id]))
     )
     for task_run in tasks:
         if task_run.state_type in _UNFINISHED:
             await client.set_task_run_state(
-                task_run.id, Cancelled(name="Superseded", message=message), force=True
+                task_run.id, Cancelled(name=SUPERSEDED, message=message), force=True
             )
     await client.create_logs(
         [
@@ -103,19 +121,42 @@ async def _supersede(client: PrefectClient, old: FlowRun, new_name: str, new_id:
     )
 
 
+async def end_superseded(this_run: str, successor: str | None, log: LoggingAdapter) -> None:
+    """This run lost its workflow to ``successor`` (a newer flow run): say so, and end it
+    Cancelled/Superseded, naming that run, rather than failed."""
+    name = successor or "a newer run"
+    try:
+        async with get_client() as client:
+            if successor:
+                name = repr((await client.read_flow_run(UUID(successor))).name)
+            message = f"Superseded by run {name} ({successor}), which carries the workflow on."
+            await client.set_flow_run_state(
+                UUID(this_run), Cancelled(name=SUPERSEDED, message=message), force=True
+            )
+    except Exception as exc:  # noqa: BLE001 - the store's epoch already stopped this run
+        log.warning(f"Could not mark this run superseded ({exc}).")
+        return
+    log.warning(f"This run was superseded by run {name}; it stops here and does nothing more.")
+
+
 @dataclass
 class Progress:
     """A flow run's progress artifact: ``step k of N`` (or workflows), each item's outcome.
 
-    Updated in place as items finish, so the run page always shows where it is.
+    Updated in place as items finish, at most about once a second (each update is a call
+    to Prefect's API, which a fleet shares), and once more at the end.
     """
 
     title: str
-    total: int
+    total: int | None
+    key: str
     unit: str = "step"
     took_over_from: str | None = None
     lines: list[str] = field(default_factory=list)
+    every: float = 1.0
     _artifact: UUID | None = None
+    _published_at: float = -float("inf")
+    _dirty: bool = False
 
     async def start(self) -> None:
         await self._publish()
@@ -123,21 +164,66 @@ class Progress:
     async def advance(self, line: str) -> None:
         """One more item done; ``line`` says how it ended."""
         self.lines.append(line)
-        await self._publish()
+        self._dirty = True
+        if time.monotonic() - self._published_at >= self.every or len(self.lines) == self.total:
+            await self._publish()
+
+    async def flush(self, *, finished: bool = False) -> None:
+        """Publish what changed since the last update (``finished``: all of it is done)."""
+        if finished and not self.total:
+            self.total = max(len(self.lines), 1)
+            self._dirty = True
+        if self._dirty:
+            await self._publish()
 
     def description(self) -> str:
-        head = f"**{self.title}**: {self.unit} {len(self.lines)} of {self.total} done."
+        of = f" of {self.total}" if self.total else ""
+        head = f"**{self.title}**: {self.unit} {len(self.lines)}{of} done."
         took_over = [f"Took over from run {self.took_over_from!r}."] if self.took_over_from else []
         return "\n".join([head, *took_over, *(f"- {line}" for line in self.lines)])
 
     async def _publish(self) -> None:
-        percent = 100.0 * len(self.lines) / max(self.total, 1)
+        # With no total known (a flow that decides its turns as it goes) there is no share
+        # to show until the end.
+        percent = 100.0 * min(len(self.lines), self.total) / self.total if self.total else 0.0
+        self._published_at, self._dirty = time.monotonic(), False
         if self._artifact is None:
             self._artifact = await acreate_progress_artifact(
-                percent, key=f"progress-{slug(self.title)}", description=self.description()
+                percent, key=self.key, description=self.description()
             )
         else:
             await aupdate_progress_artifact(self._artifact, percent, self.description())
+
+
+async def publish_transcript(
+    workflow_id: str, prompts: Sequence[str], results: Sequence[StepResult]
+) -> None:
+    """A markdown artifact of the workflow's steps: prompt, verdict and answer of each.
+
+    Built from what the steps returned, so it costs no request to Coder.
+    """
+    rows = [
+        f"| {r.step} | {r.verdict} | {_cell(p)} | {_cell(r.text)} |"
+        for p, r in zip(prompts, results, strict=True)
+    ]
+    lines = [
+        f"# Workflow `{workflow_id}`",
+        f"Chat `{results[-1].chat_id}`.",
+        "",
+        "| step | verdict | prompt | answer |",
+        "| --- | --- | --- | --- |",
+        *rows,
+    ]
+    await acreate_markdown_artifact(
+        markdown="\n".join(lines),
+        key=f"transcript-{slug(workflow_id)}",
+        description=f"Durable chat {workflow_id}",
+    )
+
+
+def _cell(text: str, limit: int = 300) -> str:
+    flat = " ".join(text.split()).replace("|", "\\|")
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 def slug(text: str) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 
 from prefect import task
 from prefect.artifacts import acreate_table_artifact
+from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 from prefect.client.schemas.objects import StateType
@@ -16,23 +17,18 @@ from prefect.exceptions import ObjectNotFound
 from prefect.settings import PREFECT_UI_URL
 from pydantic import BaseModel
 
-from coder_chat.durable.context import StepTools
 from coder_chat.durable.records import WorkflowRecord, WorkflowState
 from coder_chat.durable.store import DurableStore
 from coder_chat.durable.sweep import SWEEP_WORKFLOW, SweepPolicy, mark_failed, sweep
 from prefect_coder.blocks import CoderCredentials
-from prefect_coder.tasks._runtime import (
-    RETRY_DELAYS,
-    Ledger,
-    import_tools,
-    retry_if_transient,
-    run_log,
-    runtime,
-)
+from prefect_coder.tasks._runtime import Ledger, durable_task, resolve_tools, run_log, runtime
 from prefect_coder.tasks.runs import run_name, slug
 
 #: A run that ended like this left its workflow unfinished: relaunch it.
 ENDED_BADLY = frozenset({"crashed", "cancelled", "gone"})
+#: A run like this is waiting to go on by itself: paused or suspended between turns (its
+#: process may have exited; resuming it runs the flow again), or scheduled to start.
+WAITING = frozenset({StateType.PAUSED.value.lower(), StateType.SCHEDULED.value.lower()})
 #: A run that ended like this ended its workflow: never relaunch it.
 ENDED_FOR_GOOD = frozenset({StateType.FAILED.value.lower(), StateType.COMPLETED.value.lower()})
 
@@ -43,13 +39,7 @@ class SweepSummary(BaseModel):
     stranded: list[WorkflowRecord]
 
 
-@task(
-    name="sweep-orphans",
-    task_run_name="sweep {deployment}",
-    retries=len(RETRY_DELAYS),
-    retry_delay_seconds=RETRY_DELAYS,
-    retry_condition_fn=retry_if_transient,
-)
+@durable_task(name="sweep-orphans", task_run_name="sweep {deployment}")
 async def sweep_orphans(
     deployment: str,
     orphan_age: float,
@@ -69,7 +59,7 @@ async def sweep_orphans(
         stale_heartbeat=stale_heartbeat,
         dry_run=dry_run,
     )
-    step_tools = StepTools.build(import_tools(tools))
+    step_tools = resolve_tools(tools)
     rt = runtime(credentials, ledger)
     report = await sweep(rt.client, rt.store, rt.tenant, policy, step_tools, log.info)
     running = await rt.store.list_workflows(
@@ -134,6 +124,8 @@ async def _stranded(
         if workflow.workflow_id.startswith(SWEEP_WORKFLOW):
             continue
         state = await _flow_run_state(workflow.flow_run_id)
+        if state in WAITING:
+            continue  # its heartbeat stops while it waits; it is not stranded
         if state in ENDED_FOR_GOOD:
             if workflow.workflow_id in stale:
                 await mark_failed(store, workflow)
@@ -161,7 +153,11 @@ async def _flow_run_state(flow_run_id: str | None) -> str | None:
     return flow_run.state.type.value.lower() if flow_run.state else None
 
 
-@task(name="relaunch-workflow", task_run_name="relaunch {workflow.workflow_id}")
+@task(
+    name="relaunch-workflow",
+    task_run_name="relaunch {workflow.workflow_id}",
+    cache_policy=NO_CACHE,
+)
 async def relaunch_workflow(workflow: WorkflowRecord, max_relaunches: int = 3) -> str | None:
     """Launch the workflow's deployment again, same workflow id and parameters.
 

@@ -1,4 +1,4 @@
-"""``run_turn``: one step of a durable chat, as one Prefect task.
+"""``run_turn`` and ``reconcile_chat``: one step of a durable chat, as one Prefect task each.
 
 A step the store holds as finished comes back from the store; recovery comes
 first whenever the checkpoint or journal says an earlier attempt may be in
@@ -10,27 +10,15 @@ machine that ran the step. Retries happen only for failures
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+from typing import Any
 
-from prefect import task
 from prefect.context import TaskRunContext
+from pydantic import BaseModel
 
-from coder_chat import CoderConfigError
-from coder_chat.durable.context import StepContext, StepTools
-from coder_chat.durable.records import Fence
-from coder_chat.durable.step import StepResult, StepSpec, run_step
-from prefect_coder.blocks import CoderCredentials
-from prefect_coder.tasks._runtime import (
-    RETRY_DELAYS,
-    Ledger,
-    import_model,
-    import_tools,
-    retry_if_transient,
-    run_log,
-    runtime,
-    step_cache_key,
-)
-from prefect_coder.tasks.settings import WorkflowSettings
+from coder_chat.durable.step import StepResult, StepSpec, recover, run_step
+from prefect_coder.tasks._runtime import durable_task, run_log
+from prefect_coder.tasks.workflow import WorkflowRun
 
 #: What each verdict means, for the step's log line.
 VERDICT_WORDS = {
@@ -42,65 +30,34 @@ VERDICT_WORDS = {
 }
 
 
-@task(
+def step_line(run: WorkflowRun, result: StepResult) -> str:
+    """``Step 2 of 3: ran (sent once and answered).``"""
+    return f"{run.step_title(result.step)}: {result.verdict} ({VERDICT_WORDS[result.verdict]})."
+
+
+def step_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
+    """Ids only (tenant, workflow, step, a hash of the prompt), never the inputs hashed
+    whole: a re-run of the same workflow on this machine skips its finished steps."""
+    run: WorkflowRun = parameters["run"]
+    digest = hashlib.sha256(str(parameters["prompt"]).encode()).hexdigest()[:16]
+    return f"prefect-coder/{run.tenant}/{run.workflow_id}/step-{parameters['step']}/{digest}"
+
+
+@durable_task(
     name="run-turn",
-    task_run_name="{workflow_id} · step {step} of {steps}",
-    persist_result=True,
-    result_serializer="json",
+    task_run_name="{run.workflow_id} · step {step}{run.of_turns}",
     cache_key_fn=step_cache_key,
-    retries=len(RETRY_DELAYS),
-    retry_delay_seconds=RETRY_DELAYS,
-    retry_condition_fn=retry_if_transient,
 )
 async def run_turn(
-    tenant: str,
-    workflow_id: str,
-    step: int,
-    steps: int,
-    prompt: str,
-    epoch: int,
-    tools: Sequence[str] = (),
-    output_schema: str = "",
-    settings: WorkflowSettings | None = None,
-    deployment: str = "local",
-    declare_structured_output: bool = False,
-    credentials: CoderCredentials | None = None,
-    ledger: Ledger | None = None,
+    run: WorkflowRun, step: int, prompt: str, output: type[BaseModel] | None = None
 ) -> StepResult:
-    """Run (or recover) step ``step`` of workflow ``workflow_id``."""
+    """Run (or recover) step ``step`` of ``run``'s workflow."""
     log = run_log()
-    settings = settings or WorkflowSettings()
-    output_type = import_model(output_schema)
-    step_tools = StepTools.build(
-        import_tools(tools), allow_plain=settings.allow_plain_tools, output_type=output_type
-    )
-    rt = runtime(credentials, ledger)
-    if rt.tenant != tenant:
-        raise CoderConfigError(f"credentials are for organization {rt.tenant}, not {tenant}")
-    ctx = StepContext(
-        rt.client,
-        rt.store,
-        Fence(tenant=tenant, workflow_id=workflow_id, epoch=epoch),
-        workflow_id,
-        step,
-        step_tools,
-        settings.options(),
-        log.info,
-        first_try=epoch == 1 and _first_try(),
-    )
-    spec = StepSpec(
-        prompt=prompt,
-        output_type=output_type,
-        system_prompt=settings.system_prompt or None,
-        model=settings.model or None,
-        workspace_id=settings.workspace_id or None,
-        mcp_server_ids=list(settings.mcp_server_ids),
-        deployment=deployment,
-        declare_structured_output=declare_structured_output or output_type is not None,
-    )
-    result = await run_step(ctx, spec)
+    first_try = run.epoch == 1 and _first_try()
+    ctx = run.step_context(step, log.info, first_try=first_try)
+    result = await run_step(ctx, StepSpec(prompt=prompt, output_type=output))
     if result.verdict != "stored":  # a stored step said so already
-        log.info(f"Step {step} of {steps}: {result.verdict} ({VERDICT_WORDS[result.verdict]}).")
+        log.info(step_line(run, result))
     return result
 
 
@@ -108,3 +65,25 @@ def _first_try() -> bool:
     """Whether this is the task run's first try (Prefect counts each try it runs)."""
     context = TaskRunContext.get()
     return context is not None and context.task_run.run_count <= 1
+
+
+@durable_task(name="reconcile-chat", task_run_name="reconcile {run.workflow_id} step {step}")
+async def reconcile_chat(run: WorkflowRun, step: int, output: type[BaseModel] | None = None) -> str:
+    """Settle the workflow's chat and say whether step ``step`` finished (never resubmits).
+
+    Returns ``"recovered"`` (the attempt finished; its result is in history),
+    ``"unfinished"`` (a re-run would resubmit) or ``"no-chat"``.
+    """
+    log = run_log()
+    store = run.runtime.store
+    workflow = await store.get_workflow(run.tenant, run.workflow_id)
+    if workflow is None or workflow.chat_id is None:
+        log.info(f"Workflow {run.workflow_id} has no chat; nothing to reconcile.")
+        return "no-chat"
+    ctx = run.step_context(step, log.info)
+    recovered = await recover(
+        ctx, StepSpec(prompt="", output_type=output), workflow.chat_id, "hard_crash"
+    )
+    verdict = "unfinished" if recovered is None else "recovered"
+    log.info(f"Step {step} of {run.workflow_id} is {verdict}.")
+    return verdict

@@ -1,174 +1,229 @@
-"""A workflow run's bookkeeping: take the fencing epoch, beat, finish, and report."""
+"""A workflow as one flow run holds it: :class:`WorkflowRun`, begun, kept alive and ended.
+
+One object carries a workflow from the flow down to the store: who it is and the
+epoch that fences this run, the blocks and the process's shared client and store
+they resolve to, its settings and tools, and how its chat is made. Every task takes
+it whole, so nothing is taken apart and rebuilt on the way down.
+
+Beginning a run takes the workflow's next fencing epoch; from then on only this run
+may act for it. A workflow the store holds as finished is not begun again: a re-run
+replays its finished steps from the store and writes nothing, unless it goes on past
+them.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
-
-from prefect import task
-from prefect.artifacts import acreate_markdown_artifact
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from coder_chat import CoderError
-from coder_chat.durable.markers import step_marker
-from coder_chat.durable.records import Fence, WorkflowState
-from coder_chat.durable.step import StepResult
+from coder_chat.durable.context import ChatSetup, StepContext, StepTools
+from coder_chat.durable.fence import FenceGuard
+from coder_chat.durable.records import Fence, StepRecord, WorkflowRecord, WorkflowState
 from coder_chat.durable.store import FencedOut
-from coder_chat.protocol.transcript import to_transcript
 from prefect_coder.blocks import CoderCredentials
-from prefect_coder.tasks._runtime import RETRY_DELAYS, Ledger, retry_if_transient, run_log, runtime
-from prefect_coder.tasks.runs import name_and_supersede, slug
+from prefect_coder.tasks._runtime import Ledger, Runtime, runtime, with_retries
+from prefect_coder.tasks.settings import WorkflowSettings
 
 
-@dataclass(frozen=True)
+class WorkflowRun:
+    """One workflow, as the flow run that holds its epoch acts for it."""
+
+    __slots__ = (
+        "credentials",
+        "deployment",
+        "expected_turns",
+        "fence",
+        "flow_run_id",
+        "guard",
+        "ledger",
+        "runtime",
+        "settings",
+        "setup",
+        "shares_run",
+        "tools",
+    )
+
+    def __init__(
+        self,
+        fence: Fence,
+        rt: Runtime,
+        *,
+        deployment: str,
+        flow_run_id: str | None,
+        credentials: CoderCredentials | None,
+        ledger: Ledger | None,
+        settings: WorkflowSettings,
+        tools: StepTools,
+        expected_turns: int | None = None,
+        shares_run: bool = False,
+    ) -> None:
+        self.fence = fence
+        self.runtime = rt
+        self.deployment = deployment
+        self.flow_run_id = flow_run_id
+        self.credentials = credentials
+        self.ledger = ledger
+        self.settings = settings
+        self.tools = tools
+        #: How many turns the flow means to take, when it knows (for names and progress).
+        self.expected_turns = expected_turns
+        #: Whether the flow run holds other workflows too (then every line names this one).
+        self.shares_run = shares_run
+        self.setup = ChatSetup(
+            deployment=deployment,
+            system_prompt=settings.system_prompt or None,
+            model=settings.model or None,
+            workspace_id=settings.workspace_id or None,
+            mcp_server_ids=tuple(settings.mcp_server_ids),
+            structured_output=True,
+        )
+        self.guard = FenceGuard(rt.store, fence)
+
+    def __repr__(self) -> str:
+        return f"WorkflowRun({self.workflow_id!r}, epoch={self.epoch})"
+
+    @property
+    def workflow_id(self) -> str:
+        return self.fence.workflow_id
+
+    @property
+    def tenant(self) -> str:
+        return self.fence.tenant
+
+    @property
+    def epoch(self) -> int:
+        return self.fence.epoch
+
+    @property
+    def of_turns(self) -> str:
+        """`` of 3`` when the flow said how many turns it takes, else nothing."""
+        return f" of {self.expected_turns}" if self.expected_turns else ""
+
+    def step_title(self, step: int) -> str:
+        """``Step 2 of 3``; in a flow run of many workflows, ``trip-7, step 2 of 3``."""
+        if self.shares_run:
+            return f"{self.workflow_id}, step {step}{self.of_turns}"
+        return f"Step {step}{self.of_turns}"
+
+    def step_context(
+        self, step: int, report: Callable[[str], None], *, first_try: bool = False
+    ) -> StepContext:
+        return StepContext(
+            self.runtime.client,
+            self.runtime.store,
+            self.fence,
+            self.workflow_id,
+            step,
+            self.tools,
+            self.settings.options(),
+            report,
+            first_try=first_try,
+            setup=self.setup,
+            title=self.step_title(step),
+            guard=self.guard,
+        )
+
+
+@dataclass
 class Began:
-    """What ``begin_workflow`` hands the flow: who acts, with which epoch, replacing what."""
+    """What beginning a run found and took."""
 
-    tenant: str
-    epoch: int
-    #: The name of the flow run this one replaces, when it stopped without finishing.
-    took_over_from: str | None = None
-    #: The id of the flow run that held the workflow before, while it was running.
+    run: WorkflowRun
+    #: The workflow finished in an earlier run: nothing was taken, nothing is written
+    #: unless the flow goes on past its finished steps.
+    replay: bool
+    #: The workflow's finished steps, by number (read once, when it ran before).
+    stored: dict[int, StepRecord] = field(default_factory=dict)
+    #: The flow run that held the workflow before, while it was running.
     previous_run: str | None = None
+    #: The workflow as the store held it before this run.
+    before: WorkflowRecord | None = None
 
 
-@task(
-    name="begin-workflow",
-    task_run_name="begin {workflow_id}",
-    retries=len(RETRY_DELAYS),
-    retry_delay_seconds=RETRY_DELAYS,
-    retry_condition_fn=retry_if_transient,
-)
 async def begin_workflow(
+    workflow_id: str,
+    *,
+    deployment: str,
+    flow_run_id: str | None,
+    credentials: CoderCredentials | None,
+    ledger: Ledger | None,
+    settings: WorkflowSettings,
+    tools: StepTools,
+    expected_turns: int | None = None,
+    shares_run: bool = False,
+) -> Began:
+    """Take the workflow's next epoch, or replay it when it finished earlier."""
+    rt = runtime(credentials, ledger)
+    before = await with_retries(lambda: rt.store.get_workflow(rt.tenant, workflow_id))
+
+    def holding(fence: Fence) -> WorkflowRun:
+        return WorkflowRun(
+            fence,
+            rt,
+            deployment=deployment,
+            flow_run_id=flow_run_id,
+            credentials=credentials,
+            ledger=ledger,
+            settings=settings,
+            tools=tools,
+            expected_turns=expected_turns,
+            shares_run=shares_run,
+        )
+
+    if before is not None and before.state == WorkflowState.FINISHED:
+        fence = Fence(tenant=rt.tenant, workflow_id=workflow_id, epoch=before.epoch)
+        return Began(holding(fence), True, await _stored(rt, workflow_id), before=before)
+    fence = await take_epoch(rt, workflow_id, deployment, flow_run_id, settings)
+    stored = await _stored(rt, workflow_id) if before is not None else {}
+    previous = before.flow_run_id if before and before.state == WorkflowState.RUNNING else None
+    return Began(holding(fence), False, stored, previous, before)
+
+
+async def take_epoch(
+    rt: Runtime,
     workflow_id: str,
     deployment: str,
     flow_run_id: str | None,
-    credentials: CoderCredentials | None = None,
-    ledger: Ledger | None = None,
-    archive_at_end: bool = True,
-    name_the_run: bool = True,
-) -> Began:
-    """Take the workflow's next epoch: from now on only this run may act for it.
-
-    With ``name_the_run``, the flow run is named after the workflow and epoch, and the
-    run it replaces (one that stopped without finishing) is marked superseded; a flow
-    run holding many workflows does both itself.
-    """
-    log = run_log()
-    rt = runtime(credentials, ledger)
-    before = await rt.store.get_workflow(rt.tenant, workflow_id)
-    fence = await rt.store.begin_run(
-        rt.tenant,
-        workflow_id,
-        deployment=deployment,
-        flow_run_id=flow_run_id,
-        archive_at_end=archive_at_end,
+    settings: WorkflowSettings,
+) -> Fence:
+    """The workflow's next epoch: from now on only this run may act for it."""
+    return await with_retries(
+        lambda: rt.store.begin_run(
+            rt.tenant,
+            workflow_id,
+            deployment=deployment,
+            flow_run_id=flow_run_id,
+            archive_at_end=settings.archive_at_end,
+        )
     )
-    previous = before.flow_run_id if before and before.state == WorkflowState.RUNNING else None
-    if name_the_run:
-        first = "its first run" if fence.epoch == 1 else f"run {fence.epoch}"
-        log.info(f"Workflow {workflow_id}: this is {first} (epoch {fence.epoch}).")
-    took_over = None
-    if flow_run_id is not None and name_the_run:
-        took_over = await name_and_supersede(workflow_id, fence.epoch, flow_run_id, previous, log)
-    return Began(rt.tenant, fence.epoch, took_over, previous)
 
 
-@task(
-    name="finish-workflow",
-    task_run_name="finish {workflow_id} {state}",
-    retries=len(RETRY_DELAYS),
-    retry_delay_seconds=RETRY_DELAYS,
-    retry_condition_fn=retry_if_transient,
-)
-async def finish_workflow(
-    workflow_id: str,
-    epoch: int,
-    state: WorkflowState,
-    credentials: CoderCredentials | None = None,
-    ledger: Ledger | None = None,
-) -> None:
-    rt = runtime(credentials, ledger)
-    await rt.store.finish(Fence(tenant=rt.tenant, workflow_id=workflow_id, epoch=epoch), state)
+async def _stored(rt: Runtime, workflow_id: str) -> dict[int, StepRecord]:
+    steps = await with_retries(lambda: rt.store.list_steps(rt.tenant, workflow_id))
+    return {s.step: s for s in steps}
 
 
-async def heartbeat_forever(
-    workflow_id: str,
-    epoch: int,
-    interval: float,
-    credentials: CoderCredentials | None = None,
-    ledger: Ledger | None = None,
-) -> None:
-    """Beat every ``interval`` seconds until cancelled; only a superseded run stops beating.
+async def finish_workflow(run: WorkflowRun, state: WorkflowState) -> None:
+    await with_retries(lambda: run.runtime.store.finish(run.fence, state))
+
+
+async def heartbeat_forever(run: WorkflowRun, report: Callable[[str], None]) -> None:
+    """Beat every ``heartbeat_seconds`` until cancelled; only a superseded run stops beating.
 
     The sweep trusts this heartbeat, not Prefect's zombie detection, which is
     minutes late and never sees a killed worker. So a failed beat (the store
-    restarting, say) is logged and tried again at the next one: stopping would make
-    a healthy run look stranded and get it relaunched.
+    restarting, say) is reported and tried again at the next one: stopping would
+    make a healthy run look stranded and get it relaunched.
     """
-    log = run_log()
-    rt = runtime(credentials, ledger)
-    fence = Fence(tenant=rt.tenant, workflow_id=workflow_id, epoch=epoch)
     while True:
-        await asyncio.sleep(interval)
+        await asyncio.sleep(run.settings.heartbeat_seconds)
         try:
-            await rt.store.heartbeat(fence)
+            await run.runtime.store.heartbeat(run.fence)
+            run.guard.confirm()
         except FencedOut:
-            log.warning(f"A newer run took workflow {workflow_id}; this run stops beating.")
+            report(f"A newer run took workflow {run.workflow_id}; this run stops beating.")
             return
         except CoderError as exc:
-            log.warning(f"Heartbeat of workflow {workflow_id} failed ({exc}); trying again.")
-
-
-@task(
-    name="publish-transcript",
-    task_run_name="transcript {workflow_id}",
-    retries=len(RETRY_DELAYS),
-    retry_delay_seconds=RETRY_DELAYS,
-    retry_condition_fn=retry_if_transient,
-)
-async def publish_transcript(
-    workflow_id: str,
-    results: list[StepResult],
-    credentials: CoderCredentials | None = None,
-    ledger: Ledger | None = None,
-) -> str | None:
-    """A markdown artifact: the steps with their verdicts and attempts, then the transcript."""
-    if not results:
-        return None
-    chat_id = results[-1].chat_id
-    client = runtime(credentials, ledger).client
-    messages = [m async for m in client.iter_messages(chat_id)]
-    attempts = [
-        sum(
-            1 for m in messages if m.role == "user" and step_marker(workflow_id, r.step) in m.text()
-        )
-        for r in results
-    ]
-    rows = [
-        f"| {r.step} | {r.verdict} | {n} | {_cell(r.text)} |"
-        for r, n in zip(results, attempts, strict=True)
-    ]
-    lines = [
-        f"# Workflow `{workflow_id}`",
-        f"Chat `{chat_id}`.",
-        "",
-        "| step | verdict | attempts | result |",
-        "| --- | --- | --- | --- |",
-        *rows,
-        "",
-        "## Transcript",
-    ]
-    for message in to_transcript(messages).messages:
-        if message.role in ("user", "assistant") and message.text():
-            lines.append(f"**{message.role}**: {_cell(message.text(), 2000)}")
-            lines.append("")
-    key = f"transcript-{slug(workflow_id)}"
-    artifact = await acreate_markdown_artifact(
-        markdown="\n".join(lines), key=key, description=f"Durable chat {workflow_id}"
-    )
-    return str(artifact)
-
-
-def _cell(text: str, limit: int = 200) -> str:
-    flat = " ".join(text.split()).replace("|", "\\|")
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+            report(f"Heartbeat of workflow {run.workflow_id} failed ({exc}); trying again.")

@@ -25,7 +25,7 @@ from .events import TransportCallback
 from .rest import ChatClient
 from .results import TurnResult
 from .tools import ClientTool, ToolFunction, client_tool
-from .turn import Turn, TurnOptions
+from .turn import BeforeAction, Turn, TurnOptions
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -57,6 +57,7 @@ class ChatSession:
         archive_window: float = 15.0,
         interrupt_timeout: float = 15.0,
         client: ChatClient | None = None,
+        before_action: BeforeAction | None = None,
     ) -> None:
         if last_seen_message_id is not None:
             if (
@@ -93,6 +94,8 @@ class ChatSession:
             action_grace=action_grace,
             interrupt_timeout=interrupt_timeout,
         )
+        if before_action is not None:
+            self.options.before_action = before_action
         self.archive_retry_interval = archive_retry_interval
         self.archive_window = archive_window
         # A client handed in is shared: the session uses it but never closes it.
@@ -149,6 +152,7 @@ class ChatSession:
         target = self.chat_id or self.last_known_chat_id
         if target is None:
             return
+        await self.options.before_action("interrupt")
         await self.client.interrupt_chat(target)
 
     async def _interrupt_quietly(self) -> None:
@@ -165,6 +169,7 @@ class ChatSession:
         target = self.chat_id or self.last_known_chat_id
         if target is None:
             return
+        await self.options.before_action("archive")
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self.archive_window
         while True:

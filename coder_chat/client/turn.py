@@ -38,6 +38,15 @@ if TYPE_CHECKING:
     from .session import ChatSession
 
 
+#: Called with an action's name (``create``, ``send``, ``tool-results``, ``interrupt``,
+#: ``archive``) before the request that performs it; raising stops the action.
+BeforeAction = Callable[[str], Awaitable[None]]
+
+
+async def _no_check(action: str) -> None:
+    return None
+
+
 @dataclass
 class TurnOptions:
     labels: dict[str, str] = field(default_factory=dict)
@@ -52,6 +61,7 @@ class TurnOptions:
     redial_max_failures: int = 5
     action_grace: float = 2.0
     interrupt_timeout: float = 15.0
+    before_action: BeforeAction = _no_check
 
 
 class Turn:
@@ -154,6 +164,7 @@ class Turn:
         if cursor is None:
             page = await self.client.get_messages(session.chat_id, limit=1)
             cursor = page.messages[0].id if page.messages else 0
+        await self.options.before_action("send")
         response = await self.client.send_message(
             session.chat_id, self.prompt, model_config_id=self.options.model_config_id
         )
@@ -173,6 +184,7 @@ class Turn:
 
     async def create_chat(self) -> None:
         opts = self.options
+        await opts.before_action("create")
         chat = await self.client.create_chat(
             organization_id=self.session.organization_id,
             content=self.prompt,
@@ -181,12 +193,21 @@ class Turn:
             model_config_id=opts.model_config_id,
             mcp_server_ids=opts.mcp_server_ids or None,
             labels=opts.labels or None,
-            tools=[t.declaration() for t in self.tools.values()],
+            tools=[t.declaration() for t in self.declared_tools()],
         )
         self.session.chat_id = self.session.last_known_chat_id = chat.id
         self.created_chat = True
         self.translator.anchor_text = self.prompt
         await self.open_stream(chat.id, None)
+
+    def declared_tools(self) -> list[ClientTool]:
+        """What the new chat declares: the session's tools, and this turn's structured
+        answer unless the session declares its own (a workflow whose every step may ask
+        for one declares a permissive ``structured_output`` once, at creation)."""
+        declared = {t.name: t for t in self.session.tools}
+        for name, tool in self.tools.items():
+            declared.setdefault(name, tool)
+        return list(declared.values())
 
     async def open_stream(self, chat_id: str, after_id: int | None) -> None:
         self.stream = ChatStream(
@@ -200,6 +221,7 @@ class Turn:
 
     async def submit_results(self, results: list[dict[str, Any]]) -> None:
         assert self.session.chat_id is not None
+        await self.options.before_action("tool-results")
         try:
             await self.client.submit_tool_results(self.session.chat_id, results)
         except CoderApiError as exc:
@@ -328,6 +350,7 @@ class Turn:
             return
         with contextlib.suppress(CoderError, TimeoutError):
             async with asyncio.timeout(self.options.interrupt_timeout):
+                await self.options.before_action("interrupt")
                 if self.queued_id is not None and not self.translator.opened:
                     await self.client.delete_queued_message(chat_id, self.queued_id)
                 else:

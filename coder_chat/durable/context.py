@@ -12,6 +12,7 @@ from ..client.rest import ChatClient
 from ..client.tools import ClientTool, ToolFunction, client_tool, structured_output_tool
 from ..errors import CoderConfigError
 from ..protocol.transcript import STRUCTURED_OUTPUT
+from .fence import FenceGuard
 from .markers import step_marker
 from .records import Fence, RecoveryReason
 from .store import DurableStore
@@ -90,6 +91,23 @@ class StepTools:
         return [t.bind(binding) for t in self.durable.values()] + list(self.plain.values())
 
 
+@dataclass(frozen=True)
+class ChatSetup:
+    """How a workflow's chat is made. Coder takes all of it once, when the chat is created
+    (by the workflow's first step), so it belongs to the workflow, not to a step."""
+
+    #: The deployment the chat is labelled with (the sweep's filter).
+    deployment: str = "local"
+    system_prompt: str | None = None
+    #: A model config id, ``provider:model`` or display name (``None``: Coder's default).
+    model: str | None = None
+    workspace_id: str | None = None
+    mcp_server_ids: tuple[str, ...] = ()
+    #: Declare the ``structured_output`` tool at creation, so any later step may ask for a
+    #: structured answer (each step validates its own schema).
+    structured_output: bool = False
+
+
 @dataclass
 class StepContext:
     """One step of one workflow run."""
@@ -106,6 +124,21 @@ class StepContext:
     #: Nothing can have acted for this step before: the workflow's first run (epoch 1),
     #: the step's first try. An empty checkpoint then needs no search for an orphan.
     first_try: bool = False
+    setup: ChatSetup = field(default_factory=ChatSetup)
+    #: How report lines name the step (``Step 2``; a flow run of many workflows names
+    #: the workflow too).
+    title: str = ""
+    #: Checks, before each action on Coder, that this run still holds its epoch.
+    guard: FenceGuard | None = None
+
+    @property
+    def name(self) -> str:
+        return self.title or f"Step {self.step}"
+
+    async def may_act(self, action: str) -> None:
+        """Raise :class:`~.store.FencedOut` when a newer run took the workflow."""
+        if self.guard is not None:
+            await self.guard(action)
 
     @property
     def tenant(self) -> str:

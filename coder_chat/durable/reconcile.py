@@ -278,6 +278,7 @@ def _add(answer: PauseAnswer, call_id: str, output: Any, is_error: bool) -> None
 
 
 async def _submit(ctx: StepContext, chat_id: str, results: list[dict[str, Any]]) -> None:
+    await ctx.may_act("tool-results")
     try:
         await ctx.client.submit_tool_results(chat_id, results)
     except CoderApiError as exc:
@@ -291,6 +292,7 @@ async def _submit(ctx: StepContext, chat_id: str, results: list[dict[str, Any]])
 
 async def interrupt_quietly(ctx: StepContext, chat_id: str) -> int:
     """Interrupt; answer the HTTP status (409: nothing was running)."""
+    await ctx.may_act("interrupt")
     try:
         await ctx.client.interrupt_chat(chat_id)
     except CoderApiError as exc:

@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..errors import CoderConfigError
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -112,6 +114,9 @@ class StepRecord(Record):
     verdict: StepVerdict
     #: sha256 of the step's prompt: a re-run with another prompt is refused, not answered.
     prompt_digest: str = ""
+    #: The prompt as the workflow gave it (without the step marker), so a refusal can
+    #: name what the step ran.
+    prompt: str = ""
     notes: list[str] = Field(default_factory=list)
     finished_at: datetime = Field(default_factory=utcnow)
 
@@ -155,3 +160,33 @@ def args_digest(args: Any) -> str:
     """A stable hash of tool arguments (canonical JSON)."""
     canonical = json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class PromptChanged(CoderConfigError):
+    """A turn asked a finished step for another prompt than the one it ran.
+
+    Workflow code runs again on every re-run and must decide the same way given the same
+    answers; a finished step is never run again, so a changed prompt is refused, and the
+    workflow's stored state is left as it was.
+    """
+
+    def __init__(self, workflow_id: str, step: int, ran: str | None, asked: str) -> None:
+        self.workflow_id = workflow_id
+        self.step = step
+        self.ran = ran
+        self.asked = asked
+        earlier = f"it ran {_quoted(ran)}" if ran else "it ran another prompt"
+        super().__init__(
+            f"step {step} of workflow {workflow_id!r} already finished and is never run "
+            f"again: {earlier}, this run asked {_quoted(asked)}. The flow's code must "
+            "decide the same way on the same answers; use a new workflow id to run "
+            "different prompts."
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (PromptChanged, (self.workflow_id, self.step, self.ran, self.asked))
+
+
+def _quoted(prompt: str, limit: int = 160) -> str:
+    flat = " ".join(prompt.split())
+    return repr(flat if len(flat) <= limit else flat[: limit - 1] + "…")

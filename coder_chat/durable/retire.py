@@ -49,6 +49,7 @@ async def retire_chat(ctx: StepContext, chat_id: str) -> Retired:
         chat_id=chat_id,
         archive_retry_interval=ctx.options.archive_retry_interval,
         archive_window=ctx.options.archive_window,
+        before_action=ctx.may_act,
     )
     await session.archive()  # retries its 409 while a stopped run winds down
     return Retired("archived", detail)

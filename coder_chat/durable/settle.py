@@ -56,20 +56,20 @@ async def settle_wait(ctx: StepContext, chat_id: str, reason: RecoveryReason) ->
         if cut_short:
             await _interrupt(ctx, chat_id)
         ctx.report(
-            f"Step {ctx.step}: the journal says the earlier attempt was {journaled.state}; following it."
+            f"{ctx.name}: the journal says the earlier attempt was {journaled.state}; following it."
         )
     elif pinned:
         await _interrupt(ctx, chat_id)
         cut_short = True
         ctx.report(
-            f"Step {ctx.step}: the earlier attempt ended in a {_plain(reason)}; "
+            f"{ctx.name}: the earlier attempt ended in a {_plain(reason)}; "
             "stopped what was left of it on the chat."
         )
     else:
         cut_short = status == "interrupting"
         if status not in SETTLED:
             ctx.report(
-                f"Step {ctx.step}: the crashed attempt is still {status} on chat {chat_id}; "
+                f"{ctx.name}: the crashed attempt is still {status} on chat {chat_id}; "
                 "waiting for it to finish rather than sending again."
             )
     if journaled is not None and journaled.state == "submitting":
@@ -99,9 +99,9 @@ async def _answer_pause(
     if not answer.results:
         # Paused, yet no call is left unanswered in history: nothing can have run.
         await _interrupt(ctx, chat_id)
-        ctx.report(f"Step {ctx.step}: the chat was paused with no call left to answer; stopped it.")
+        ctx.report(f"{ctx.name}: the chat was paused with no call left to answer; stopped it.")
         return True
-    ctx.report(f"Step {ctx.step}: the chat was waiting on client tools; {answer.summary()}.")
+    ctx.report(f"{ctx.name}: the chat was waiting on client tools; {answer.summary()}.")
     if pinned:
         await _interrupt(ctx, chat_id)
     return pinned
@@ -119,7 +119,7 @@ async def _sleep_out_horizon(ctx: StepContext, chat_id: str, entry: JournalEntry
         remaining = (horizon - utcnow()).total_seconds()
         if remaining > 0:
             ctx.report(
-                f"Step {ctx.step}: the earlier prompt may still be on its way; waiting "
+                f"{ctx.name}: the earlier prompt may still be on its way; waiting "
                 f"{remaining:.1f} s before deciding it never arrived."
             )
             await asyncio.sleep(remaining)
@@ -136,7 +136,7 @@ async def _poll(ctx: StepContext, chat_id: str, cut_short: bool) -> Settled:
         if not clock.expired():
             raise
     ctx.report(
-        f"Step {ctx.step}: the crashed attempt was still going after "
+        f"{ctx.name}: the crashed attempt was still going after "
         f"{opts.settle_timeout:.0f} s; stopping it."
     )
     await _interrupt(ctx, chat_id)

@@ -23,7 +23,8 @@ Prefect-free, with the store as the record of progress:
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+import json
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
 
@@ -31,7 +32,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..client.session import ChatSession
 from ..client.tools import ClientTool, structured_output_tool
-from ..errors import CoderApiError, CoderChatError, CoderConfigError, CoderError, CoderStreamError
+from ..errors import CoderApiError, CoderChatError, CoderError, CoderStreamError
 from ..protocol.models import Chat
 from ..protocol.transcript import (
     TranscriptMessage,
@@ -45,6 +46,7 @@ from .context import PINS_CUT_SHORT, StepContext
 from .markers import LABEL_WORKFLOW, chat_labels, count_attempts, owner_labels, read_tail
 from .records import (
     JournalEntry,
+    PromptChanged,
     RecoveryReason,
     StepRecord,
     StepVerdict,
@@ -88,16 +90,10 @@ class StepResult(BaseModel):
 
 @dataclass
 class StepSpec:
+    """What one step asks: its prompt, and the model of its structured answer, if any."""
+
     prompt: str
     output_type: type[BaseModel] | None = None
-    system_prompt: str | None = None
-    model: str | None = None
-    workspace_id: str | None = None
-    mcp_server_ids: list[str] = field(default_factory=list)
-    deployment: str = "local"
-    #: Client tools are declared once, when the chat is created: set this when any
-    #: step of the workflow asks for structured output, so the first declares it.
-    declare_structured_output: bool = False
 
 
 @dataclass
@@ -110,25 +106,27 @@ class _Recovered:
 async def run_step(ctx: StepContext, spec: StepSpec) -> StepResult:
     stored = await ctx.store.get_step(ctx.tenant, ctx.workflow_id, ctx.step)
     if stored is not None:
-        _check_same_prompt(ctx, stored, spec)
+        check_same_prompt(stored, spec.prompt)
         ctx.report(
-            f"Step {ctx.step} finished earlier ({stored.verdict}); its result comes from the "
+            f"{ctx.name} finished earlier ({stored.verdict}); its result comes from the "
             "store and nothing is sent again."
         )
         return StepResult.from_record(stored, "stored")
     workflow = await ctx.store.get_workflow(ctx.tenant, ctx.workflow_id)
+    if ctx.guard is not None:
+        ctx.guard.confirm_epoch(workflow.epoch if workflow else None)
     chat_id = workflow.chat_id if workflow else None
     cursor = workflow.last_seen_message_id if workflow else None
     adopted = False
     if chat_id is None and not ctx.first_try:
-        chat_id = await adopt_orphan(ctx, spec)
+        chat_id = await adopt_orphan(ctx)
         adopted, cursor = chat_id is not None, None
     verdict: StepVerdict = "ran"
     if chat_id is not None:
         reason = await _attempt_in_flight(ctx, chat_id, adopted)
         if reason is not None:
             ctx.report(
-                f"Step {ctx.step}: an earlier attempt may still be on chat {chat_id} "
+                f"{ctx.name}: an earlier attempt may still be on chat {chat_id} "
                 f"({_REASONS[reason]}); checking what became of it before sending anything."
             )
             recovered = await recover(ctx, spec, chat_id, reason)
@@ -143,7 +141,7 @@ async def run_step(ctx: StepContext, spec: StepSpec) -> StepResult:
                     "recovered",
                 )
             verdict = "resubmitted"
-            ctx.report(f"Step {ctx.step}: the earlier attempt did not finish; sending it again.")
+            ctx.report(f"{ctx.name}: the earlier attempt did not finish; sending it again.")
             cursor = None
     return await _run_turn(ctx, spec, chat_id, cursor, verdict)
 
@@ -155,13 +153,11 @@ _REASONS: dict[RecoveryReason, str] = {
 }
 
 
-def _check_same_prompt(ctx: StepContext, stored: StepRecord, spec: StepSpec) -> None:
-    if stored.prompt_digest and stored.prompt_digest != prompt_digest(spec.prompt):
-        raise CoderConfigError(
-            f"step {ctx.step} of workflow {ctx.workflow_id!r} already finished with another "
-            "prompt, and a finished step is never run again; use a new workflow_id to run "
-            "different prompts"
-        )
+def check_same_prompt(stored: StepRecord, prompt: str) -> None:
+    """Refuse a prompt that differs from the one this finished step ran (workflow code
+    that decided differently on the same answers)."""
+    if stored.prompt_digest and stored.prompt_digest != prompt_digest(prompt):
+        raise PromptChanged(stored.workflow_id, stored.step, stored.prompt or None, prompt)
 
 
 async def _attempt_in_flight(
@@ -209,6 +205,7 @@ async def _complete(
         output=output.model_dump(mode="json") if isinstance(output, BaseModel) else output,
         verdict=verdict,
         prompt_digest=prompt_digest(spec.prompt),
+        prompt=spec.prompt,
         notes=notes or [],
     )
     await asyncio.shield(ctx.store.complete_step(ctx.fence, record))
@@ -232,28 +229,31 @@ async def recover(
     last_user = tail.last_user
     submitted = last_user is not None and ctx.marker in last_user.text()
     if not submitted:
-        ctx.report(f"Step {ctx.step}: its prompt never reached the chat.")
+        ctx.report(f"{ctx.name}: its prompt never reached the chat.")
         return None
     if cut_short or settled.status not in ("waiting", "completed"):
         why = "it was cut short" if cut_short else f"the chat ended in {settled.status}"
-        ctx.report(f"Step {ctx.step}: the earlier attempt did not finish ({why}).")
+        ctx.report(f"{ctx.name}: the earlier attempt did not finish ({why}).")
         return None
     assert last_user is not None
+    if spec.prompt and spec.prompt not in last_user.text():
+        ran = last_user.text().replace(ctx.marker, "", 1).strip()
+        raise PromptChanged(ctx.workflow_id, ctx.step, ran, spec.prompt)
     after = to_transcript(tail.after(last_user)).messages
     if _outcome_never_seen(ctx, after):
         ctx.report(
-            f"Step {ctx.step}: the earlier attempt finished without seeing what its tools did "
+            f"{ctx.name}: the earlier attempt finished without seeing what its tools did "
             "(Coder answered the calls itself when its tool deadline passed); sending it "
             "again (a call that already ran is answered from the ledger)."
         )
         return None
     output = structured_output(after, spec.output_type) if spec.output_type else None
     if spec.output_type is not None and output is None:
-        ctx.report(f"Step {ctx.step}: the earlier attempt filed no valid structured answer.")
+        ctx.report(f"{ctx.name}: the earlier attempt filed no valid structured answer.")
         return None
     cursor = max((m.id for m in tail.messages), default=None)
     ctx.report(
-        f"Step {ctx.step}: the earlier attempt finished; its answer is taken from the chat "
+        f"{ctx.name}: the earlier attempt finished; its answer is taken from the chat "
         "and nothing is sent again."
     )
     return _Recovered(final_text(after, ctx.tools.names), output, cursor)
@@ -292,10 +292,10 @@ async def _created_with_this_step(ctx: StepContext, chat_id: str) -> bool:
     return await count_attempts(ctx.client, chat_id, ctx.marker) > 0
 
 
-async def adopt_orphan(ctx: StepContext, spec: StepSpec) -> str | None:
+async def adopt_orphan(ctx: StepContext) -> str | None:
     """With an empty checkpoint, adopt the newest chat this workflow made in this store."""
     labels = {
-        **owner_labels(spec.deployment, await ctx.store.store_id()),
+        **owner_labels(ctx.setup.deployment, await ctx.store.store_id()),
         LABEL_WORKFLOW: ctx.workflow_id[:256],
     }
     found: list[Chat] = [c async for c in ctx.client.iter_chats(labels=labels)]
@@ -321,7 +321,7 @@ async def _run_turn(
     session = await _session(ctx, spec, chat_id, cursor)
     again = verdict == "resubmitted"
     notes = await _ledger_notes(ctx, chat_id) if chat_id and again else []
-    prompt = " ".join([ctx.marker, spec.prompt, *notes])
+    prompt = " ".join([ctx.marker, spec.prompt, *notes]) + _schema_note(ctx, spec)
     entry = await _journal_send(ctx, chat_id, again) if chat_id is not None else None
     try:
         result = await session.generate(
@@ -349,8 +349,8 @@ async def _run_turn(
 async def _session(
     ctx: StepContext, spec: StepSpec, chat_id: str | None, cursor: int | None
 ) -> ChatSession:
-    opts = ctx.options
-    labels = chat_labels(ctx.workflow_id, ctx.step, spec.deployment, await ctx.store.store_id())
+    setup, opts = ctx.setup, ctx.options
+    labels = chat_labels(ctx.workflow_id, ctx.step, setup.deployment, await ctx.store.store_id())
     return ChatSession(
         client=ctx.client,
         organization_id=ctx.tenant,
@@ -358,16 +358,17 @@ async def _session(
         last_seen_message_id=cursor,
         tools=_session_tools(ctx, spec),
         labels=labels,
-        system_prompt=spec.system_prompt,
+        system_prompt=setup.system_prompt,
         request_timeout=opts.request_timeout,
-        workspace_id=spec.workspace_id,
-        mcp_server_ids=spec.mcp_server_ids,
-        model=spec.model,
+        workspace_id=setup.workspace_id,
+        mcp_server_ids=setup.mcp_server_ids,
+        model=setup.model,
         redial_initial=opts.redial_initial,
         action_grace=opts.action_grace,
         archive_retry_interval=opts.archive_retry_interval,
         archive_window=opts.archive_window,
         interrupt_timeout=opts.interrupt_timeout,
+        before_action=ctx.may_act,
     )
 
 
@@ -398,7 +399,7 @@ async def _after_failure(
         await ctx.store.save_checkpoint(ctx.fence, chat_id, cursor)
     except CoderError as store_exc:
         # The turn's own failure is the one to raise; recovery copes without these.
-        ctx.report(f"Step {ctx.step}: could not record the failed attempt ({store_exc}).")
+        ctx.report(f"{ctx.name}: could not record the failed attempt ({store_exc}).")
 
 
 class _AnyAnswer(BaseModel):
@@ -409,9 +410,21 @@ class _AnyAnswer(BaseModel):
 
 def _session_tools(ctx: StepContext, spec: StepSpec) -> list[ClientTool]:
     tools = ctx.tools.for_session(ctx.binding)
-    if spec.declare_structured_output and spec.output_type is None:
+    if ctx.setup.structured_output:
         tools.append(structured_output_tool(_AnyAnswer))
     return tools
+
+
+def _schema_note(ctx: StepContext, spec: StepSpec) -> str:
+    """The step's answer schema, in its prompt: the chat declared ``structured_output``
+    for every step at once, so its declaration cannot say which shape this step wants."""
+    if spec.output_type is None or not ctx.setup.structured_output:
+        return ""
+    schema = json.dumps(spec.output_type.model_json_schema(), separators=(",", ":"))
+    return (
+        "\n\nAnswer by calling the structured_output tool once, with arguments matching "
+        f"this JSON schema: {schema}"
+    )
 
 
 #: Answers that prove the server did not take the prompt (a gateway's 502/504 or a
@@ -439,6 +452,8 @@ async def _journal_send(ctx: StepContext, chat_id: str, again: bool) -> JournalE
         horizon=now + timedelta(seconds=ctx.options.horizon),
     )
     await ctx.store.write_journal(ctx.fence, chat_id, entry)
+    if ctx.guard is not None:
+        ctx.guard.confirm()  # a fenced write: the send right after needs no other check
     return entry
 
 

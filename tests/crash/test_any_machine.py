@@ -81,7 +81,7 @@ async def test_two_parallel_durable_calls_killed_between_them(lab: CrashLab) -> 
     await check_invariants(
         lab,
         results,
-        Expect(wf, prompts, charges=2, verdicts={1: "cached", 2: "recovered", 3: "ran"}),
+        Expect(wf, prompts, charges=2, verdicts={1: "stored", 2: "recovered", 3: "ran"}),
     )
     answers = [r for r in sim.records.tool_results if str(r.chat_id) == str(chat.id)]
     submissions = [

@@ -176,12 +176,12 @@ async def test_point_4_prompt_sent_turn_still_running(lab: CrashLab, overrun: bo
     assert (record.journal.state, record.journal.marker) == ("submitting", marker)
     if overrun:
         results = await rerun_stalled(lab, chat, **params)
-        expect = Expect(wf, PROMPTS, attempts={2: 2}, verdicts={1: "cached", 2: "resubmitted"})
+        expect = Expect(wf, PROMPTS, attempts={2: 2}, verdicts={1: "stored", 2: "resubmitted"})
     else:
         sim.config.step_delay = 0.0
         results = await lab.finish(await lab.start(**params))
         assert accepted_interrupts(lab, chat) == 0
-        expect = Expect(wf, PROMPTS, verdicts={1: "cached", 2: "recovered"})
+        expect = Expect(wf, PROMPTS, verdicts={1: "stored", 2: "recovered"})
     await check_invariants(lab, results, expect)
 
 
@@ -209,7 +209,7 @@ async def test_point_5_turn_finished_result_not_recorded(lab: CrashLab) -> None:
     sim.faults.clear()
     results = await lab.finish(await lab.start(workflow_id=wf, prompts=PROMPTS))
     await check_invariants(
-        lab, results, Expect(wf, PROMPTS, verdicts={1: "cached", 2: "recovered"})
+        lab, results, Expect(wf, PROMPTS, verdicts={1: "stored", 2: "recovered"})
     )
 
 
@@ -236,7 +236,7 @@ async def finish_tool_workflow(lab: CrashLab, wf: str, step: int) -> list[dict[s
     results = await lab.finish(
         await lab.start(workflow_id=wf, prompts=tool_prompts(step), tools=[CHARGE_CARD])
     )
-    verdicts = {1: "cached", 2: "ran", step: "recovered"}
+    verdicts = {1: "stored", 2: "ran", step: "recovered"}
     await check_invariants(
         lab, results, Expect(wf, tool_prompts(step), charges=1, verdicts=verdicts)
     )
@@ -334,7 +334,7 @@ async def test_point_9_crash_during_recovery(lab: CrashLab, phase: str) -> None:
     third = await lab.start(workflow_id=wf, prompts=prompts, tools=[CHARGE_CARD])
     results = await lab.finish(third)
     await check_invariants(
-        lab, results, Expect(wf, prompts, charges=1, verdicts={1: "cached", 2: "recovered"})
+        lab, results, Expect(wf, prompts, charges=1, verdicts={1: "stored", 2: "recovered"})
     )
     assert lab.payments.requests == {entries[0].idempotency_key: 1}
     if phase == "after":
@@ -408,7 +408,7 @@ async def test_point_9_crash_while_recovery_runs_a_call_that_never_started(
     third = await lab.start(workflow_id=wf, prompts=prompts, tools=[CHARGE_CARD])
     results = await lab.finish(third)
     await check_invariants(
-        lab, results, Expect(wf, prompts, charges=1, verdicts={1: "cached", 2: "recovered"})
+        lab, results, Expect(wf, prompts, charges=1, verdicts={1: "stored", 2: "recovered"})
     )
     key = entries[0].idempotency_key
     assert lab.payments.applied == {key: 1} and lab.payments.requests == {key: 2}
@@ -472,7 +472,7 @@ async def test_point_10_send_lands_after_the_process_died(lab: CrashLab) -> None
     await check_invariants(
         lab,
         results,
-        Expect(wf, PROMPTS, attempts={2: 2}, late_step=2, verdicts={1: "cached", 2: "resubmitted"}),
+        Expect(wf, PROMPTS, attempts={2: 2}, late_step=2, verdicts={1: "stored", 2: "resubmitted"}),
     )
     resubmitted, late = attempts_of(sim.messages(chat.id), marker)
     # The one honest exception: a duplicate marker in history, the late send after the

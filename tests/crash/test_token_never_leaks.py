@@ -31,7 +31,7 @@ async def test_the_token_never_leaks_through_a_crash_and_a_recovery(lab: CrashLa
     second = await lab.start(**params)
     results = await lab.finish(second)
     await check_invariants(
-        lab, results, Expect(wf, prompts, charges=1, verdicts={1: "cached", 2: "recovered"})
+        lab, results, Expect(wf, prompts, charges=1, verdicts={1: "stored", 2: "recovered"})
     )
 
     places = await check_no_token(lab)

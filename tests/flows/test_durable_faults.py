@@ -66,7 +66,7 @@ async def test_5xx_and_429_bursts_on_reads_and_on_the_send(sim: Simulator, coder
     more = await durable_chat(
         workflow_id="wf-bursts", prompts=["first", CHARGE, "third"], tools=TOOLS
     )
-    assert [r.verdict for r in more[:2]] == ["cached", "cached"]  # nothing ran again
+    assert [r.verdict for r in more[:2]] == ["stored", "stored"]  # nothing ran again
     assert more[2].text == 'You said: "[wf-bursts/step-3] third"'
     assert user_messages(sim, chat_id, "[wf-bursts/step-3]") == 1
     assert list(CHARGES.values()) == [1]

@@ -1,0 +1,49 @@
+"""Fenced before it reaches Coder: a superseded run sends nothing, submits nothing, archives
+nothing.
+
+The store's fencing stops a superseded run from *writing*; Coder knows nothing of
+epochs, so a run cut off from the store (or frozen, or partitioned) that comes back
+could still send a prompt, submit tool results, interrupt or archive a chat its
+successor now drives. :class:`FenceGuard` is called before every such request and
+raises :class:`~.store.FencedOut` once a newer run holds the workflow.
+
+A check costs a store read, so a confirmation younger than ``fresh_for`` is taken as
+it is: no run can take a workflow over that fast, since a takeover waits for the
+heartbeat to go stale (seconds to minutes), and a fenced write or read that just
+succeeded is such a confirmation. What no client-side check can close is a request
+already on the wire when its run was cut off; that is the send in flight the journal's
+commit horizon bounds.
+"""
+
+from __future__ import annotations
+
+import time
+
+from .records import Fence
+from .store import DurableStore, FencedOut
+
+
+class FenceGuard:
+    """Raises :class:`FencedOut` before an action when ``fence`` no longer holds."""
+
+    def __init__(self, store: DurableStore, fence: Fence, fresh_for: float = 1.0) -> None:
+        self.store = store
+        self.fence = fence
+        self.fresh_for = fresh_for
+        self._confirmed_at = -float("inf")
+
+    def confirm(self) -> None:
+        """The fence was just proven (a fenced write, or a read of the newest epoch)."""
+        self._confirmed_at = time.monotonic()
+
+    def confirm_epoch(self, newest: int | None) -> None:
+        """A read showed the workflow's newest epoch: confirm, or raise if it moved on."""
+        if newest != self.fence.epoch:
+            raise FencedOut(self.fence, newest)
+        self.confirm()
+
+    async def __call__(self, action: str) -> None:
+        if time.monotonic() - self._confirmed_at < self.fresh_for:
+            return
+        workflow = await self.store.get_workflow(self.fence.tenant, self.fence.workflow_id)
+        self.confirm_epoch(workflow.epoch if workflow else None)

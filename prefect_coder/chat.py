@@ -1,0 +1,385 @@
+"""``DurableChat``: durable Coder turns inside your own Prefect flow.
+
+::
+
+    @flow
+    async def refund(order_id: str) -> None:
+        async with DurableChat(f"refund-{order_id}", tools=[issue_refund]) as chat:
+            plan = await chat.turn(f"Plan the refund of order {order_id}", output=RefundPlan)
+            if plan.output.amount_cents > 10_000:
+                await pause_flow_run(wait_for_input=Approval)
+            await chat.turn("Issue the refund")
+
+The k-th turn of a workflow is its step k. Each turn is one Prefect task
+(``run_turn``) that runs, recovers or safely resubmits the step; a finished step is
+never sent again. A re-run of the flow, on any machine, replays its finished turns
+from the store, so the code between turns runs again on the same answers and must
+decide the same way; a turn whose prompt differs from what its step ran is refused
+(:class:`~coder_chat.durable.records.PromptChanged`), and nothing is changed.
+
+Entering begins the workflow: it takes the workflow's next fencing epoch (so a
+superseded run can never act again), names the flow run after it, marks the run it
+replaces superseded, and keeps a heartbeat for the orphan sweep. Leaving ends it:
+its chat archived and the workflow stored as finished, or, after a definitive
+failure, archived and marked failed. A crash ends nothing: the sweep relaunches the
+run, and a pause or a suspension ends nothing either (the run resumes where it was).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Generic, TypeVar, overload
+
+from prefect.context import FlowRunContext
+from prefect.exceptions import Abort, MissingContextError
+from prefect.logging.loggers import LoggingAdapter
+from prefect.runtime import deployment as current_deployment
+from prefect.runtime import flow_run as current_flow_run
+from pydantic import BaseModel
+
+from coder_chat import CoderConfigError, CoderError
+from coder_chat.durable.context import StepTools
+from coder_chat.durable.records import PromptChanged, StepRecord, WorkflowState
+from coder_chat.durable.step import StepResult, check_same_prompt
+from coder_chat.durable.store import FencedOut
+from prefect_coder.blocks import CoderCredentials
+from prefect_coder.tasks._runtime import Ledger, ToolLike, resolve_tools, run_log, with_retries
+from prefect_coder.tasks.lifecycle import end_failed_workflow, retire_workflow_chat
+from prefect_coder.tasks.runs import (
+    Progress,
+    end_superseded,
+    name_the_run,
+    publish_transcript,
+    run_name,
+    slug,
+    supersede,
+)
+from prefect_coder.tasks.settings import WorkflowSettings
+from prefect_coder.tasks.turns import VERDICT_WORDS, run_turn, step_line
+from prefect_coder.tasks.workflow import (
+    Began,
+    WorkflowRun,
+    begin_workflow,
+    finish_workflow,
+    heartbeat_forever,
+    take_epoch,
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+#: Frozen, so one instance serves every chat that is given no settings.
+DEFAULT_SETTINGS = WorkflowSettings()
+
+
+class Structured(StepResult, Generic[M]):
+    """A turn's result whose ``output`` is the structured answer, validated as ``M``."""
+
+    output: M
+
+
+class Superseded(Abort):
+    """This flow run lost its workflow to a newer run: it does nothing more.
+
+    Raised out of the flow once its run is marked *Cancelled: Superseded*, naming
+    the run that replaced it; Prefect ends the run there without marking it failed.
+    """
+
+
+class WorkflowFinished(CoderConfigError):
+    """A turn past the end of a workflow that finished and archived its chat."""
+
+
+class DurableChat:
+    """One durable workflow on one Coder chat, turn by turn, inside a Prefect flow.
+
+    Args:
+        workflow_id: Your name for the workflow; run the flow again with the same id to
+            resume it after a crash, on any machine.
+        credentials: Saved Coder credentials (none: ``CODER_URL``, ``CODER_SESSION_TOKEN``
+            and ``CODER_ORG_ID`` from the worker's environment).
+        ledger: Where progress is stored (none: the embedded SQLite store; workers on
+            several machines need a ``PostgresLedger``).
+        tools: The chat's client tools: ``@durable_tool`` functions (their effects run at
+            most once), plain async functions if ``settings.allow_plain_tools``, or
+            either as an import path (``module:function``). Coder declares a chat's
+            tools when it is created, so they are given here, for every turn.
+        settings: The chat's setup and each step's time limits.
+        expected_turns: How many turns the flow means to take, when it knows: runs and
+            task runs say ``step 2 of 3``, and the progress artifact shows a share.
+        owns_run: The workflow is its flow run's only one: the run is named after it,
+            has its progress and transcript artifacts, and marks the run it replaces
+            superseded. A flow run that holds many workflows passes ``False`` and does
+            those itself; every line then names the workflow.
+    """
+
+    def __init__(
+        self,
+        workflow_id: str,
+        *,
+        credentials: CoderCredentials | None = None,
+        ledger: Ledger | None = None,
+        tools: Sequence[ToolLike] = (),
+        settings: WorkflowSettings | None = None,
+        expected_turns: int | None = None,
+        owns_run: bool = True,
+    ) -> None:
+        if not workflow_id:
+            raise CoderConfigError("workflow_id must not be empty")
+        self.workflow_id = workflow_id
+        self.credentials = credentials
+        self.ledger = ledger
+        self.tools = tuple(tools)
+        self.settings = settings or DEFAULT_SETTINGS
+        self.expected_turns = expected_turns
+        self.owns_run = owns_run
+        self.results: list[StepResult] = []
+        self._prompts: list[str] = []
+        self._began: Began | None = None
+        self._heart: asyncio.Task[None] | None = None
+        self._progress: Progress | None = None
+        #: The name of the run this one took over from, when it marked it superseded.
+        self.took_over_from: str | None = None
+
+    def __repr__(self) -> str:
+        return f"DurableChat({self.workflow_id!r}, steps done={len(self.results)})"
+
+    # -- what a flow reads --------------------------------------------------------------
+    @property
+    def run(self) -> WorkflowRun:
+        if self._began is None:
+            raise CoderConfigError("use the DurableChat in 'async with' before taking turns")
+        return self._began.run
+
+    @property
+    def epoch(self) -> int:
+        return self.run.epoch
+
+    @property
+    def previous_run(self) -> str | None:
+        """The flow run that held the workflow before this one, while it was running."""
+        return self._began.previous_run if self._began else None
+
+    # -- begin --------------------------------------------------------------------------
+    async def __aenter__(self) -> DurableChat:
+        log = _log()
+        tools = self._tools_or_none(log)
+        began = self._began = await begin_workflow(
+            self.workflow_id,
+            deployment=current_deployment.name or "local",
+            flow_run_id=current_flow_run.id,
+            credentials=self.credentials,
+            ledger=self.ledger,
+            settings=self.settings,
+            tools=tools or StepTools(),
+            expected_turns=self.expected_turns,
+            shares_run=not self.owns_run,
+        )
+        if began.replay:
+            log.info(
+                f"Workflow {self.workflow_id} finished in an earlier run: its finished steps "
+                "come from the store, and nothing is sent or written again."
+            )
+            if self.owns_run and began.run.flow_run_id is not None:
+                name = replay_name(self.workflow_id)
+                await name_the_run(began.run.flow_run_id, current_flow_run.name or "", name, log)
+            return self
+        try:
+            if tools is None:  # they did not import: say why, as a failure of the workflow
+                self._tools_or_none(log, raise_it=True)
+            await self._started(log)
+        except BaseException as exc:
+            await self._end(exc, log)
+            raise
+        return self
+
+    def _tools_or_none(self, log: LoggingAdapter, raise_it: bool = False) -> StepTools | None:
+        """The tools, resolved once; ``None`` when they fail to (the workflow is begun
+        first, so that such a failure still ends it as failed)."""
+        try:
+            return resolve_tools(self.tools, allow_plain=self.settings.allow_plain_tools)
+        except CoderError:
+            if raise_it:
+                raise
+            return None
+
+    async def _started(self, log: LoggingAdapter) -> None:
+        """This run holds the workflow now: beat, and say so where a person looks."""
+        run = self.run
+        self._heart = asyncio.create_task(heartbeat_forever(run, log.warning))
+        if not self.owns_run:
+            return
+        first = "its first run" if run.epoch == 1 else f"run {run.epoch}"
+        log.info(f"Workflow {self.workflow_id}: this is {first} (epoch {run.epoch}).")
+        name = run_name(self.workflow_id, run.epoch)
+        if run.flow_run_id is not None:
+            name = await name_the_run(run.flow_run_id, current_flow_run.name or "", name, log)
+            self.took_over_from = await supersede(self.previous_run, run.flow_run_id, name, log)
+        self._progress = Progress(
+            self.workflow_id,
+            self.expected_turns,
+            key=f"progress-{slug(self.workflow_id)}",
+            took_over_from=self.took_over_from,
+        )
+        await self._progress.start()
+
+    # -- turns --------------------------------------------------------------------------
+    @overload
+    async def turn(self, prompt: str) -> StepResult: ...
+
+    @overload
+    async def turn(self, prompt: str, *, output: type[M]) -> Structured[M]: ...
+
+    @overload
+    async def turn(self, prompt: str, *, output: type[BaseModel] | None) -> StepResult: ...
+
+    async def turn(self, prompt: str, *, output: type[BaseModel] | None = None) -> StepResult:
+        """Take the workflow's next step: ``prompt`` on its chat, once.
+
+        A step that finished in an earlier run comes back from the store, without a
+        request; with ``output``, the answer is a structured one, validated as that model
+        (``result.output``).
+        """
+        began = self._began
+        if began is None:
+            raise CoderConfigError("use the DurableChat in 'async with' before taking turns")
+        step = len(self.results) + 1
+        stored = began.stored.get(step)
+        if stored is not None:
+            result = self._replayed(stored, prompt)
+        else:
+            if began.replay:
+                await self._go_on(began)
+            result = await self._run_turn(step, prompt, output)
+        self.results.append(result)
+        self._prompts.append(prompt)
+        if self._progress is not None:
+            why = "" if result.verdict == "ran" else f" ({VERDICT_WORDS[result.verdict]})"
+            await self._progress.advance(f"step {step}: {result.verdict}{why}")
+        if output is None:
+            return result
+        return Structured[output].model_validate({**result.model_dump(), "output": result.output})  # type: ignore[valid-type]
+
+    def _replayed(self, stored: StepRecord, prompt: str) -> StepResult:
+        check_same_prompt(stored, prompt)
+        result = StepResult.from_record(stored, "stored")
+        _log().info(step_line(self.run, result))
+        return result
+
+    async def _run_turn(self, step: int, prompt: str, output: type[BaseModel] | None) -> StepResult:
+        state = await run_turn(self.run, step, prompt, output, return_state=True)  # type: ignore[misc]
+        result: StepResult = await state.aresult()
+        if state.name == "Cached":  # Prefect's cache answered: nothing ran this time
+            result = result.model_copy(update={"verdict": "cached"})
+            _log().info(step_line(self.run, result))
+        return result
+
+    async def _go_on(self, began: Began) -> None:
+        """A turn past the end of a workflow that finished earlier: it goes on only when
+        its chat was kept (``archive_at_end`` off); then this run takes it over."""
+        if began.before is None or began.before.archive_at_end:
+            raise WorkflowFinished(
+                f"workflow {self.workflow_id!r} finished after {len(began.stored)} step(s) "
+                "and archived its chat, so it takes no more turns; use a new workflow id"
+            )
+        run = began.run
+        run.fence = await take_epoch(
+            run.runtime, run.workflow_id, run.deployment, run.flow_run_id, run.settings
+        )
+        run.guard.fence = run.fence
+        began.replay = False
+        await self._started(_log())
+
+    # -- end ----------------------------------------------------------------------------
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._end(exc, _log())
+
+    async def _end(self, exc: BaseException | None, log: LoggingAdapter) -> None:
+        await self._stop_beating()
+        began = self._began
+        if began is None or began.replay:
+            return  # nothing was taken, so nothing is left to end
+        if exc is None:
+            await self._finished(log)
+        elif isinstance(exc, FencedOut):
+            await self._superseded(exc, log)
+        elif isinstance(exc, PromptChanged | WorkflowFinished):
+            log.error(f"{_capitalised(str(exc))} The workflow is left as it was.")
+        elif isinstance(exc, Exception) and not _will_retry():
+            log.error(f"Workflow {self.workflow_id} failed: {exc}")
+            await end_failed_workflow(self.run, log)
+        # Anything else ends nothing: a crash, a cancellation, a pause or suspension
+        # (the run resumes), or a failure the flow's own retries take again.
+
+    async def _finished(self, log: LoggingAdapter) -> None:
+        run = self.run
+        if self.owns_run and self.results:
+            await publish_transcript(self.workflow_id, self._prompts, self.results)
+        if run.settings.archive_at_end:
+            await with_retries(lambda: retire_workflow_chat(run, log.info))
+        await finish_workflow(run, WorkflowState.FINISHED)
+        if self._progress is not None:
+            await self._progress.flush(finished=True)
+        log.info(f"Workflow {self.workflow_id} is finished: {tally(self.results)}.")
+
+    async def _superseded(self, exc: FencedOut, log: LoggingAdapter) -> None:
+        """A newer run holds the workflow: this one does nothing more, and says so."""
+        if not self.owns_run or self.run.flow_run_id is None:
+            return  # a flow run of many workflows ends superseded once, for all of them
+        store = self.run.runtime.store
+        with contextlib.suppress(CoderError):
+            newer = await store.get_workflow(self.run.tenant, self.workflow_id)
+            successor = newer.flow_run_id if newer else None
+            await end_superseded(self.run.flow_run_id, successor, log)
+            raise Superseded(str(exc)) from exc
+
+    async def _stop_beating(self) -> None:
+        if self._heart is not None:
+            self._heart.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._heart
+            self._heart = None
+
+
+def replay_name(workflow_id: str) -> str:
+    """The name of a run of a workflow that had finished: it takes no epoch."""
+    return f"{workflow_id} · already finished"
+
+
+def tally(results: Sequence[StepResult]) -> str:
+    """``3 step(s), 2 ran, 1 recovered``."""
+    counts: dict[str, int] = {}
+    for result in results:
+        counts[result.verdict] = counts.get(result.verdict, 0) + 1
+    return f"{len(results)} step(s), " + ", ".join(f"{n} {v}" for v, n in counts.items())
+
+
+def _will_retry() -> bool:
+    """Whether the flow's own retries will run it again after this failure."""
+    context = FlowRunContext.get()
+    if context is None or context.flow_run is None or context.flow is None:
+        return False
+    return context.flow_run.run_count <= (context.flow.retries or 0)
+
+
+def _log() -> LoggingAdapter:
+    """The run's logger, or a plain one outside a flow run."""
+    try:
+        return run_log()
+    except MissingContextError:
+        return logging.LoggerAdapter(logging.getLogger("prefect_coder"))
+
+
+def _capitalised(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+__all__ = ["DurableChat", "Structured", "Superseded", "WorkflowFinished", "tally"]
