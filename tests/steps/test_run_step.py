@@ -104,7 +104,9 @@ async def test_three_steps_then_a_rerun_comes_from_the_store(
         assert again.verdict == "stored"
         assert (again.text, again.chat_id) == (results[1].text, chat_id)
         assert len(sim.records.requests) == requests and len(CHARGES) == 1
-        with pytest.raises(CoderConfigError, match="already finished and is never run again: it ran .pay /tool"):
+        with pytest.raises(
+            CoderConfigError, match=r"already finished and is never run again: it ran .pay /tool"
+        ):
             await run_step(
                 StepContext(client, store, rerun, "wf-1", 2, tools, FAST),
                 StepSpec(prompt="pay twice"),
