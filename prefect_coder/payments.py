@@ -131,7 +131,12 @@ def build_app(ledger: Ledger, cut: Cutter | None = None) -> Starlette:
         return JSONResponse({"applied": ledger.applied, "requests": ledger.requests})
 
     return Starlette(
-        routes=[Route("/charges", charge, methods=["POST"]), Route("/charges", listing)]
+        routes=[
+            Route("/charges", charge, methods=["POST"]),
+            # A refund is booked like a charge: once per idempotency key.
+            Route("/refunds", charge, methods=["POST"]),
+            Route("/charges", listing),
+        ]
     )
 
 

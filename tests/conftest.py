@@ -10,7 +10,8 @@ import tempfile
 os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="prefect-coder-tests-")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +35,17 @@ def fast_config(**overrides: object) -> SimulatorConfig:
 async def sim() -> AsyncIterator[Simulator]:
     async with serve_simulator(fast_config()) as simulator:
         yield simulator
+
+
+@pytest.fixture
+def coder_env(sim: Simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The simulator's ``CODER_*`` variables and a fresh embedded store, as a worker has them;
+    yields the store's file."""
+    for name, value in sim.env().items():
+        monkeypatch.setenv(name, value)
+    db = tmp_path / "ledger.sqlite3"
+    monkeypatch.setenv("PREFECT_CODER_SQLITE_PATH", str(db))
+    yield db
 
 
 pytest_plugins = ["tests.prefect_harness"]

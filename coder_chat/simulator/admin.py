@@ -122,6 +122,13 @@ class AdminApi:
         self.knobs[kind](body)
         return self.engine.faults.describe()
 
+    def scripts(self, request: Request, body: Body) -> Any:
+        if request.method == "DELETE":
+            self.engine.scripts.clear()
+        elif request.method == "POST":
+            self.engine.scripts.append((str(body["when"]), str(body["then"])))
+        return [{"when": when, "then": then} for when, then in self.engine.scripts]
+
     def held(self, request: Request, body: Body) -> Any:
         return [h.to_wire() for h in self.engine.faults.held()]
 
@@ -206,4 +213,5 @@ def admin_routes(engine: Engine, api: ChatApi) -> list[BaseRoute]:
         Route("/records/{kind}", g(admin.records), methods=["GET", "DELETE"]),
         Route("/chats/{chat}/{action}", g(admin.chat_action), methods=["POST"]),
         Route("/workspaces", g(admin.workspaces), methods=["GET", "POST"]),
+        Route("/scripts", g(admin.scripts), methods=["GET", "POST", "DELETE"]),
     ]

@@ -67,6 +67,14 @@ class Engine:
         self.subscribers: dict[uuid.UUID, set[Subscriber]] = {}
         self.watchers: set[asyncio.Queue[JSON]] = set()
         self._background: set[asyncio.Task[None]] = set()
+        #: Scripted replies: a prompt containing the first text is answered as if the
+        #: second (directives) were written in it, so tests can script natural prompts.
+        self.scripts: list[tuple[str, str]] = []
+
+    def scripted(self, prompt: str) -> str:
+        """The prompt as the model reads it: with the directives of every matching script."""
+        extra = [then for when, then in self.scripts if when in prompt]
+        return " ".join([prompt, *extra]) if extra else prompt
 
     # -- lookups --------------------------------------------------------------
     def chat(self, chat_id: uuid.UUID) -> Chat:

@@ -48,7 +48,7 @@ async def _picked_up(engine: Engine, run: Run) -> None:
 
 async def _turn(engine: Engine, run: Run) -> None:
     try:
-        script = parse(run.prompt)
+        script = parse(engine.scripted(run.prompt))
         _check_declared(run, script)
     except DirectiveError as exc:
         engine.fail_turn(

@@ -140,6 +140,11 @@ class Simulator:
         """The chat's committed, client-visible messages, oldest first."""
         return self.chat(chat_id).visible_messages()
 
+    def script(self, when: str, then: str) -> None:
+        """Answer every prompt containing ``when`` as if ``then`` (directives) were in it:
+        ``sim.script("Plan the refund", '/json {"amount_cents": 500}')``."""
+        self.engine.scripts.append((when, then))
+
     def seed(self, count: int, **options: Any) -> list[uuid.UUID]:
         return control.seed_chats(self.engine, count, **options)
 

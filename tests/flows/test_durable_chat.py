@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,15 +19,6 @@ from .example_tools import CHARGES
 KEEP_CHAT = WorkflowSettings(archive_at_end=False)
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
-
-
-@pytest.fixture
-def coder_env(sim: Simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    for name, value in sim.env().items():
-        monkeypatch.setenv(name, value)
-    db = tmp_path / "ledger.sqlite3"
-    monkeypatch.setenv("PREFECT_CODER_SQLITE_PATH", str(db))
-    yield db
 
 
 async def test_three_steps_with_a_durable_tool_and_structured_output(

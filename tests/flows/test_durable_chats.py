@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
@@ -18,15 +17,6 @@ from coder_chat.simulator import Simulator
 from prefect_coder.flows.durable_chats import FleetFailed, WorkflowSpec, durable_chats
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
-
-
-@pytest.fixture
-def coder_env(sim: Simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    for name, value in sim.env().items():
-        monkeypatch.setenv(name, value)
-    db = tmp_path / "ledger.sqlite3"
-    monkeypatch.setenv("PREFECT_CODER_SQLITE_PATH", str(db))
-    yield db
 
 
 def fleet(prefix: str, count: int, steps: int) -> list[WorkflowSpec]:

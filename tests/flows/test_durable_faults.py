@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,14 +21,9 @@ CHARGE = 'charge it /deltas 40 /tool charge_card {"amount_cents": 250}'
 TOOLS = ["tests.flows.example_tools:charge_card"]
 
 
-@pytest.fixture
-def coder_env(sim: Simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    for name, value in sim.env().items():
-        monkeypatch.setenv(name, value)
-    db = tmp_path / "ledger.sqlite3"
-    monkeypatch.setenv("PREFECT_CODER_SQLITE_PATH", str(db))
+@pytest.fixture(autouse=True)
+def no_charges() -> None:
     CHARGES.clear()
-    yield db
 
 
 def user_messages(sim: Simulator, chat_id: str, marker: str) -> int:

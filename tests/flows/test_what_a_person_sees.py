@@ -40,15 +40,6 @@ OWN = re.compile(r"^prefect\.(flow|task)_runs\.coder$")
 
 
 @pytest.fixture
-def coder_env(sim: Simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    for name, value in sim.env().items():
-        monkeypatch.setenv(name, value)
-    db = tmp_path / "ledger.sqlite3"
-    monkeypatch.setenv("PREFECT_CODER_SQLITE_PATH", str(db))
-    yield db
-
-
-@pytest.fixture
 def debug_lines() -> Iterator[None]:
     """Let our DEBUG lines reach the API, as a person debugging a run would."""
     logger = logging.getLogger("prefect.task_runs.coder")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,15 +16,6 @@ from prefect_coder.flows.orphan_sweep import orphan_sweep
 from tests.simulator.wire import Wire
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
-
-
-@pytest.fixture
-def coder_env(sim: Simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    for name, value in sim.env().items():
-        monkeypatch.setenv(name, value)
-    db = tmp_path / "ledger.sqlite3"
-    monkeypatch.setenv("PREFECT_CODER_SQLITE_PATH", str(db))
-    yield db
 
 
 async def test_the_flow_retires_orphans_and_reports(sim: Simulator, coder_env: Path) -> None:

@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import httpx
+from prefect import flow
+from prefect.flow_runs import apause_flow_run, asuspend_flow_run
+from prefect.input import RunInput
+from pydantic import BaseModel
+
+from prefect_coder import CoderCredentials, DurableChat, PostgresLedger, SqliteLedger, durable_tool
+from prefect_coder.demo_tools import PaymentsSettings
+
+
+class RefundPlan(BaseModel):
+    amount_cents: int
+    reason: str
+
+
+class Approval(RunInput):
+    approved: bool
+
+
+@durable_tool
+async def issue_refund(order_id: str, amount_cents: int, idempotency_key: str) -> str:
+    """Refund an order (amount in cents). Returns the receipt."""
+    async with httpx.AsyncClient(base_url=PaymentsSettings().url, timeout=10) as payments:
+        response = await payments.post(
+            "/refunds",
+            json={"order_id": order_id, "amount_cents": amount_cents},
+            headers={"Idempotency-Key": idempotency_key},  # applied once, whatever crashes
+        )
+        response.raise_for_status()
+    return f"refunded {amount_cents} cents: receipt {response.json()['receipt']}"
+
+
+@flow(name="refund-order")
+async def refund_order(
+    order_id: str,
+    complaint: str,
+    approval_above_cents: int = 10_000,
+    suspend: bool = False,
+    credentials: CoderCredentials | None = None,
+    ledger: SqliteLedger | PostgresLedger | None = None,
+) -> str:
+    async with DurableChat(
+        f"refund-{order_id}", credentials=credentials, ledger=ledger, tools=[issue_refund]
+    ) as chat:
+        plan = await chat.turn(
+            f"Order {order_id}: the customer wrote {complaint!r}. Plan the refund.",
+            output=RefundPlan,
+        )
+        if plan.output.amount_cents > approval_above_cents:
+            # A person decides. Suspended, the run leaves its worker until it is resumed.
+            if suspend:
+                approval = await asuspend_flow_run(wait_for_input=Approval, timeout=86_400)
+            else:
+                approval = await apause_flow_run(wait_for_input=Approval, timeout=86_400)
+            if not approval.approved:
+                reply = await chat.turn("The refund was declined. Write to the customer.")
+                return reply.text
+        refund = await chat.turn(
+            f"Refund {plan.output.amount_cents} cents for order {order_id} with issue_refund."
+        )
+        return refund.text
