@@ -21,6 +21,7 @@ from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
 from prefect_coder.chat import replay_name
 from prefect_coder.flows.durable_chat import durable_chat
+from prefect_coder.flows.durable_chats import WorkflowSpec, durable_chats
 from prefect_coder.flows.orphan_sweep import orphan_sweep
 from prefect_coder.tasks.runs import run_name
 from prefect_coder.tasks.settings import WorkflowSettings
@@ -150,3 +151,32 @@ async def test_the_sweep_publishes_an_artifact_when_it_finds_nothing(
         artifacts = await client.read_latest_artifacts()
     [table] = [a for a in artifacts if a.key == "orphan-sweep-quiet"]
     assert "nothing to do" in str(table.data)
+
+
+async def test_a_run_of_many_workflows_names_them_in_its_name_and_every_line(
+    sim: Simulator, coder_env: Path
+) -> None:
+    specs = [WorkflowSpec(workflow_id=f"many-{i}", prompts=["plan it", "do it"]) for i in range(3)]
+    first = await durable_chats(workflows=specs, return_state=True)
+    again = await durable_chats(
+        workflows=[WorkflowSpec(workflow_id="many-3", prompts=["hi"])], return_state=True
+    )
+    assert first.is_completed() and again.is_completed()
+    run_id, again_id = first.state_details.flow_run_id, again.state_details.flow_run_id
+    assert run_id is not None and again_id is not None
+    async with get_client() as client:
+        logs = await run_logs(client, run_id)
+        flow_run = await client.read_flow_run(run_id)
+        artifacts = await client.read_artifacts()
+    assert flow_run.name == "3 workflows: many-0, many-1, many-2"
+    own = [g.message for g in logs if OWN.match(g.name) and g.level == logging.INFO]
+    steps = [line for line in own if ": ran (" in line]
+    assert len(steps) == 6 and len(set(steps)) == 6, own  # one line a step, none alike
+    for i in range(3):
+        for step in (1, 2):
+            assert f"many-{i}, step {step} of 2: ran (sent once and answered)." in steps
+    # Each run keeps its own progress artifact.
+    keys = {
+        a.key for a in artifacts if a.flow_run_id in (run_id, again_id) and a.type == "progress"
+    }
+    assert len(keys) == 2, keys
