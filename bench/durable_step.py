@@ -5,14 +5,14 @@ Run: ``python -m bench.durable_step [--steps 200] [--dsn postgresql://…]``.
 Everything is measured in one run, in one flow run of Prefect's test API (a
 temporary server in a subprocess), against the simulator in another process
 (``bench._simproc``, deltas not paced). Each variant is timed per call from the
-flow, the way ``flows/_workflow.py`` calls ``run_turn`` (``return_state=True``,
+flow, the way ``DurableChat.turn`` calls ``run_turn`` (``return_state=True``,
 then the state's result), in rounds of ``--chunk`` calls that rotate through the
 variants, so that drift in the machine's load is shared out:
 
 - **persisted task**: ``@task(persist_result=True)`` returning a small pydantic
   model (the bar);
-- **run_turn's task, empty body**: a task with ``run_turn``'s decorator options and
-  parameters (blocks and settings included) whose body only builds a
+- **run_turn's task, empty body**: a task with ``run_turn``'s options (the same
+  ``durable_task`` with the same cache key) and parameters, whose body only builds a
   ``StepResult``: Prefect's bookkeeping for that signature;
 - **ChatSession turn**: a bare turn on one chat, its own client (no store, no Prefect);
 - **persisted task making the turn**: the bar's task with a bare turn in its body
@@ -39,7 +39,7 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -57,16 +57,17 @@ from coder_chat.durable.records import Fence
 from coder_chat.durable.step import StepResult, StepSpec, run_step
 from coder_chat.durable.store import DurableStore
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
-from prefect_coder.tasks import run_turn
 from prefect_coder.tasks._runtime import (
     Ledger,
+    durable_task,
     log_transport,
-    retry_if_transient,
+    resolve_tools,
     run_log,
     runtime,
-    step_cache_key,
 )
 from prefect_coder.tasks.settings import WorkflowSettings
+from prefect_coder.tasks.turns import run_turn, step_cache_key
+from prefect_coder.tasks.workflow import WorkflowRun, take_epoch
 
 WARMUP = 5
 DEFAULT_DSN = "postgresql://127.0.0.1:5432/test"
@@ -135,33 +136,18 @@ async def turn_task(index: int) -> Small:
     return Small(index=index, text=result.text)
 
 
-@task(
+@durable_task(
     name="run-turn-shell",
-    task_run_name="{workflow_id} · step {step} of {steps}",
-    persist_result=True,
-    result_serializer="json",
+    task_run_name="{run.workflow_id} · step {step}{run.of_turns}",
     cache_key_fn=step_cache_key,
-    retries=2,
-    retry_delay_seconds=[1, 5],
-    retry_condition_fn=retry_if_transient,
 )
 async def shell(
-    tenant: str,
-    workflow_id: str,
-    step: int,
-    steps: int,
-    prompt: str,
-    epoch: int,
-    tools: Sequence[str] = (),
-    output_schema: str = "",
-    settings: WorkflowSettings | None = None,
-    deployment: str = "local",
-    declare_structured_output: bool = False,
-    credentials: CoderCredentials | None = None,
-    ledger: Ledger | None = None,
+    run: WorkflowRun, step: int, prompt: str, output: type[BaseModel] | None = None
 ) -> StepResult:
-    """``run_turn``'s decorator options and parameters, with a body that does nothing."""
-    return StepResult(workflow_id=workflow_id, step=step, text=prompt, chat_id="-", verdict="ran")
+    """``run_turn``'s options and parameters, with a body that does nothing."""
+    return StepResult(
+        workflow_id=run.workflow_id, step=step, text=prompt, chat_id="-", verdict="ran"
+    )
 
 
 async def result_of(call: Any) -> Any:
@@ -172,11 +158,18 @@ async def result_of(call: Any) -> Any:
 
 @dataclass
 class Workflow:
-    """One variant's workflow: its id, its epoch and its next step."""
+    """One variant's workflow, as its run holds it, and its next step."""
 
-    workflow_id: str
-    epoch: int
+    run: WorkflowRun
     step: int = 0
+
+    @property
+    def workflow_id(self) -> str:
+        return self.run.workflow_id
+
+    @property
+    def epoch(self) -> int:
+        return self.run.epoch
 
     def next(self) -> int:
         self.step += 1
@@ -212,10 +205,23 @@ class Setup:
             WARMUP + steps,
         )
 
-    async def workflow(self, store: DurableStore, name: str) -> Workflow:
+    async def workflow(self, ledger: Ledger, name: str) -> Workflow:
+        """A workflow begun as ``DurableChat`` begins one: its epoch taken, its run built."""
         workflow_id = f"bench-{name}-{uuid.uuid4().hex[:8]}"
-        fence = await store.begin_run(self.tenant, workflow_id)
-        return Workflow(workflow_id, fence.epoch)
+        rt = runtime(self.credentials, ledger)
+        fence = await take_epoch(rt, workflow_id, "local", None, self.settings)
+        run = WorkflowRun(
+            fence,
+            rt,
+            deployment="local",
+            flow_run_id=None,
+            credentials=self.credentials,
+            ledger=ledger,
+            settings=self.settings,
+            tools=resolve_tools(()),
+            expected_turns=self.steps,
+        )
+        return Workflow(run)
 
     def session(self) -> ChatSession:
         sim = self.sim
@@ -223,23 +229,13 @@ class Setup:
             base_url=sim.base_url, token=sim.token, organization_id=sim.organization_id
         )
 
-    def turn(self, ledger: Ledger, wf: Workflow, how: str) -> Callable[[int], Awaitable[None]]:
+    def turn(self, wf: Workflow, how: str) -> Callable[[int], Awaitable[None]]:
         """A call of ``run_turn`` (``how``: ``task``, or ``body`` for ``run_turn.fn``) or of
         the empty ``shell`` task, for the next step of ``wf``."""
 
         async def call(i: int) -> None:
             step = wf.next()
-            kwargs: dict[str, Any] = {
-                "tenant": self.tenant,
-                "workflow_id": wf.workflow_id,
-                "step": step,
-                "steps": self.steps,
-                "prompt": f"step {step}",
-                "epoch": wf.epoch,
-                "settings": self.settings,
-                "credentials": self.credentials,
-                "ledger": ledger,
-            }
+            kwargs: dict[str, Any] = {"run": wf.run, "step": step, "prompt": f"step {step}"}
             if how == "body":
                 result = await run_turn.fn(**kwargs)
             else:
@@ -285,42 +281,42 @@ async def build_variants(setup: Setup) -> list[Variant]:
     def commits(store: DurableStore) -> Callable[[], int]:
         return lambda: store.commits
 
-    async def wf(store: DurableStore, name: str) -> Workflow:
-        return await setup.workflow(store, name)
+    async def wf(ledger: Ledger, name: str) -> Workflow:
+        return await setup.workflow(ledger, name)
 
     sqlite, postgres = setup.sqlite, setup.postgres
     return [
         Variant("persisted task", persisted_call),
         Variant(
             "run_turn's task, empty body",
-            setup.turn(sqlite, await wf(sqlite_store, "shell"), "shell"),
+            setup.turn(await wf(sqlite, "shell"), "shell"),
             commits(sqlite_store),
         ),
         Variant("ChatSession turn", session_call),
         Variant("persisted task making the turn", turn_task_call),
         Variant(
             "run_step, SQLite",
-            setup.step(bare_client, sqlite_store, await wf(sqlite_store, "step-sqlite")),
+            setup.step(bare_client, sqlite_store, await wf(sqlite, "step-sqlite")),
             commits(sqlite_store),
         ),
         Variant(
             "run_step, Postgres",
-            setup.step(bare_client, postgres_store, await wf(postgres_store, "step-pg")),
+            setup.step(bare_client, postgres_store, await wf(postgres, "step-pg")),
             commits(postgres_store),
         ),
         Variant(
             "run_turn body, SQLite",
-            setup.turn(sqlite, await wf(sqlite_store, "body"), "body"),
+            setup.turn(await wf(sqlite, "body"), "body"),
             commits(sqlite_store),
         ),
         Variant(
             "durable step, SQLite",
-            setup.turn(sqlite, await wf(sqlite_store, "sqlite"), "task"),
+            setup.turn(await wf(sqlite, "sqlite"), "task"),
             commits(sqlite_store),
         ),
         Variant(
             "durable step, Postgres",
-            setup.turn(postgres, await wf(postgres_store, "pg"), "task"),
+            setup.turn(await wf(postgres, "pg"), "task"),
             commits(postgres_store),
         ),
     ]
