@@ -21,7 +21,7 @@ from pydantic import BaseModel
 from ..errors import CoderApiError, CoderChatError, CoderError, CoderStoreError, CoderStreamError
 from ..protocol.models import ChatErrorInfo, ToolCallRequest
 from ..protocol.models_hint import resolve_model_hint
-from ..protocol.transcript import pending_client_calls, structured_output, to_transcript
+from ..protocol.transcript import pending_calls, structured_output, to_transcript
 from ..protocol.translator import TurnTranslator
 from .events import SegmentSettle, SegmentStart
 from .results import TurnResult, build_steps, turn_text
@@ -255,8 +255,8 @@ class Turn:
         """``requires_action`` without its event: derive the pending calls from history."""
         assert self.session.chat_id is not None
         page = await self.client.get_messages(self.session.chat_id, limit=200)
-        calls = pending_client_calls(page.messages, self.tools, exclude=self.translator.answered)
-        self.translator.offer_calls(calls)
+        pending = pending_calls(page.messages, exclude=self.translator.answered)
+        self.translator.offer_calls(pending.requests())
 
     async def find_error(self) -> None:
         assert self.stream is not None and self.session.chat_id is not None

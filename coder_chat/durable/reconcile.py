@@ -39,7 +39,7 @@ from typing import Any, Literal
 from ..client.tools import ToolArgumentsError, ToolCallContext, tool_output
 from ..errors import CoderApiError, CoderConfigError
 from ..protocol.models import ChatMessagePart
-from ..protocol.transcript import STRUCTURED_OUTPUT, call_args, to_transcript
+from ..protocol.transcript import STRUCTURED_OUTPUT, call_args, pending_calls
 from .context import StepContext
 from .markers import count_attempts, marker_in
 from .records import JournalEntry, JournalState, RecoveryReason, args_digest, utcnow
@@ -99,7 +99,7 @@ async def answer_pause(
     what never ran). ``retire``: answer without running anything new; when a committing
     effect cannot be re-driven here, submit nothing (the chat stays paused).
     """
-    pause = await pending_calls(ctx, chat_id)
+    pause = await read_pause(ctx, chat_id)
     calls = pause.calls
     if mode == "resume" and calls:
         attempts = await count_attempts(ctx.client, chat_id, ctx.marker)
@@ -128,33 +128,16 @@ class Pause:
     marker: str | None
 
 
-async def pending_calls(ctx: StepContext, chat_id: str) -> Pause:
-    """The calls the pause waits on: the last assistant message's unanswered tool calls.
+async def read_pause(ctx: StepContext, chat_id: str) -> Pause:
+    """The pause on ``chat_id``, read from history (:func:`pending_calls`).
 
-    At a ``requires_action`` pause the server has finished its own tools of that
-    step, so every unanswered call left is a client call it waits on. Which prompt
-    they answer matters: a step's prompt that landed late, after the step was sent
-    again, runs a second turn whose calls are not this attempt's to act on.
+    Which prompt the calls answer matters: a step's prompt that landed late, after the
+    step was sent again, runs a second turn whose calls are not this attempt's to act on.
     """
     page = await ctx.client.get_messages(chat_id, limit=PAGE)
-    transcript = to_transcript(page.messages).messages
-    last = next((m for m in reversed(transcript) if m.role == "assistant"), None)
-    if last is None:
-        return Pause([], None)
-    answered = {
-        p.tool_call_id
-        for m in transcript
-        if m.id > last.id
-        for p in m.parts
-        if p.type == "tool-result"
-    }
-    prompt = next((m for m in reversed(transcript) if m.role == "user" and m.id < last.id), None)
-    calls = [
-        p
-        for p in last.parts
-        if p.type == "tool-call" and not p.provider_executed and p.tool_call_id not in answered
-    ]
-    return Pause(calls, marker_in(prompt.text()) if prompt else None)
+    pending = pending_calls(page.messages)
+    prompt = pending.prompt
+    return Pause(pending.calls, marker_in(prompt.text()) if prompt else None)
 
 
 async def _resume_answer(

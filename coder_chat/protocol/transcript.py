@@ -2,6 +2,7 @@
 
 History does not say which tool calls were client tools, so the helpers that cut
 at a client-tool boundary take the set of client tool names the step declares.
+:func:`pending_calls` is the one derivation of what a pause waits on.
 """
 
 from __future__ import annotations
@@ -103,38 +104,53 @@ def call_args(raw: Any) -> Any:
     return {} if raw is None else raw
 
 
-def pending_client_calls(
-    messages: Iterable[ChatMessage], client_tools: Iterable[str], exclude: Iterable[str] = ()
-) -> list[ToolCallRequest]:
-    """Calls the chat waits on: the last assistant message's client-tool calls, unanswered.
+@dataclass
+class Pending:
+    """The calls a ``requires_action`` pause waits on, and the prompt they answer."""
 
-    Only calls to ``client_tools`` count: a server or MCP call must never be taken
-    for a client call that "never started".
+    calls: list[ChatMessagePart] = field(default_factory=list)
+    #: The user message the paused turn answers (whose step marker says whose calls these are).
+    prompt: TranscriptMessage | None = None
+
+    def requests(self) -> list[ToolCallRequest]:
+        """The calls as ``action_required`` lists them (arguments as JSON text)."""
+        return [
+            ToolCallRequest(
+                tool_call_id=p.tool_call_id or "",
+                tool_name=p.tool_name or "",
+                args=p.args if isinstance(p.args, str) else json.dumps(call_args(p.args)),
+            )
+            for p in self.calls
+        ]
+
+
+def pending_calls(messages: Iterable[ChatMessage], exclude: Iterable[str] = ()) -> Pending:
+    """What a pause waits on: the last assistant message's tool calls nobody answered.
+
+    The one derivation of pending calls, for the live turn and for every reconcile. At a
+    ``requires_action`` pause Coder has run its own tools of that step, so every call
+    left unanswered is one it waits on, and it wants them all answered in one request (a
+    partial set is refused): none is left out for its name. Which may *run* is the
+    caller's decision, by name (a call to a tool it does not have is answered "not
+    available", never run). Provider-executed calls and the ids in ``exclude`` (already
+    answered by this turn) are not pending.
     """
     transcript = to_transcript(messages).messages
-    tools, skip = set(client_tools), set(exclude)
     last = next((m for m in reversed(transcript) if m.role == "assistant"), None)
     if last is None:
-        return []
-    answered = {
-        p.tool_call_id
+        return Pending()
+    skip = set(exclude)
+    skip.update(
+        p.tool_call_id or ""
         for m in transcript
         if m.id > last.id
         for p in m.parts
         if p.type == "tool-result"
-    }
-    return [
-        ToolCallRequest(
-            tool_call_id=p.tool_call_id or "",
-            tool_name=p.tool_name or "",
-            args=p.args
-            if isinstance(p.args, str)
-            else json.dumps(p.args if p.args is not None else {}),
-        )
+    )
+    calls = [
+        p
         for p in last.parts
-        if p.type == "tool-call"
-        and not p.provider_executed
-        and p.tool_name in tools
-        and p.tool_call_id not in answered
-        and p.tool_call_id not in skip
+        if p.type == "tool-call" and not p.provider_executed and p.tool_call_id not in skip
     ]
+    prompt = next((m for m in reversed(transcript) if m.role == "user" and m.id < last.id), None)
+    return Pending(calls, prompt)

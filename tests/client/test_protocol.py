@@ -50,7 +50,7 @@ from coder_chat.protocol.retry import backoff, is_retryable, is_retryable_status
 from coder_chat.protocol.transcript import (
     call_args,
     final_text,
-    pending_client_calls,
+    pending_calls,
     structured_output,
     to_transcript,
 )
@@ -510,7 +510,7 @@ def test_call_args(raw: Any, value: Any) -> None:
     assert call_args(raw) == value
 
 
-def test_pending_client_calls_from_history() -> None:
+def test_pending_calls_from_history() -> None:
     history = messages(
         msg(1, "user", "go"),
         msg(
@@ -526,11 +526,15 @@ def test_pending_client_calls_from_history() -> None:
         ),
         msg(3, "tool", results=[{"tool_call_id": "a", "tool_name": "lookup", "result": 1}]),
     )
-    pending = pending_client_calls(list(reversed(history)), {"lookup"}, exclude={"e"})
-    assert [(c.tool_call_id, c.args) for c in pending] == [("b", "{}")]
-    assert [c.tool_call_id for c in pending_client_calls(history, {"lookup"})] == ["b", "e"]
-    assert pending_client_calls(history, {"lookup"})[1].args == '{"raw": true}'
-    assert pending_client_calls(messages(msg(1, "user", "x")), {"lookup"}) == []
+    # Every unanswered call the pause waits on, whatever its name (Coder wants them all in
+    # one request); provider-executed and already answered ones are not pending.
+    pending = pending_calls(list(reversed(history)), exclude={"e"})
+    assert [(c.tool_call_id, c.args) for c in pending.requests()] == [("b", "{}"), ("c", "{}")]
+    assert pending.prompt is not None and pending.prompt.text() == "go"
+    requests = pending_calls(history).requests()
+    assert [c.tool_call_id for c in requests] == ["b", "c", "e"]
+    assert requests[2].args == '{"raw": true}'
+    assert pending_calls(messages(msg(1, "user", "x"))).calls == []
 
 
 def test_steps_pair_calls_with_results() -> None:
