@@ -107,6 +107,10 @@ CREATE TABLE {s}.steps (
 CREATE TABLE {s}.meta (key TEXT COLLATE "C" PRIMARY KEY, value TEXT NOT NULL);
 INSERT INTO {s}.meta (key, value) VALUES ('store_id', replace(gen_random_uuid()::text, '-', ''));
 """,
+    # No table changes: finished steps keep their prompt in their JSON body. Code from
+    # version 2 would report such a body as malformed (records forbid unknown fields), so
+    # the version tells it to upgrade instead; version 2 steps read back with prompt "".
+    3: "",
 }
 assert max(MIGRATIONS) == SCHEMA_VERSION, "every schema version needs its migration"
 
@@ -426,7 +430,8 @@ class PostgresStore(BaseStore):
             )
         for version in sorted(MIGRATIONS):
             if version > current:
-                await conn.execute(MIGRATIONS[version].format(s=s))
+                if MIGRATIONS[version].strip():  # a version may change no table
+                    await conn.execute(MIGRATIONS[version].format(s=s))
                 await conn.execute(f"INSERT INTO {s}.migrations (version) VALUES ($1)", version)
 
     # -- transactions -------------------------------------------------------------------

@@ -64,6 +64,10 @@ CREATE TABLE steps (
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 INSERT INTO meta (key, value) VALUES ('store_id', :store_id);
 """,
+    # No table changes: finished steps keep their prompt in their JSON body. Code from
+    # version 2 would report such a body as malformed (records forbid unknown fields), so
+    # the version tells it to upgrade instead; version 2 steps read back with prompt "".
+    3: "",
 }
 assert max(MIGRATIONS) == SCHEMA_VERSION, "every schema version needs its migration"
 

@@ -28,7 +28,7 @@ from .records import (
 )
 
 #: The schema version this code writes; a store holding a newer one is refused.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class FencedOut(CoderStoreError):
