@@ -121,6 +121,27 @@ class StepRecord(Record):
     finished_at: datetime = Field(default_factory=utcnow)
 
 
+class StepView(Record):
+    """What a step needs before it acts, read in one call, from one snapshot of the store
+    (:meth:`~coder_chat.durable.store.DurableStore.get_step_view`).
+
+    It replaces the separate reads of the step, its workflow, the checkpointed chat's
+    journal and the step before it: every field is as it stood at one moment.
+    """
+
+    #: The step's own record if it finished before: returned from the store, never resent.
+    step: StepRecord | None = None
+    #: The workflow (None if it never began): its epoch, state and checkpoint, i.e. the chat
+    #: the step goes on (``workflow.chat_id``) and the cursor (``last_seen_message_id``).
+    workflow: WorkflowRecord | None = None
+    #: The latest journal entry of the checkpointed chat (``workflow.chat_id``); None when
+    #: there is no checkpoint, or nothing was ever journaled on that chat.
+    journal: JournalEntry | None = None
+    #: The chat on which the previous step (``step - 1``) finished, if it did; None for
+    #: step 1 and before. A checkpointed chat equal to it was not created by this step.
+    previous_chat_id: str | None = None
+
+
 LedgerState = Literal["committing", "done"]
 
 
