@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from .context import DurableOptions, StepContext, StepTools
 from .reconcile import PauseAnswer, answer_pause
-from .records import Fence, LedgerEntry, StepRecord, WorkflowRecord, WorkflowState
+from .records import Fence, LedgerEntry, StepRecord, StepView, WorkflowRecord, WorkflowState
 from .retire import Retired, retire_chat
 from .sqlite import SqliteStore
 from .step import StepResult, StepSpec, run_step
@@ -40,6 +40,7 @@ __all__ = [
     "StepResult",
     "StepSpec",
     "StepTools",
+    "StepView",
     "SweepPolicy",
     "SweepReport",
     "WorkflowRecord",

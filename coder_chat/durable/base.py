@@ -1,14 +1,22 @@
 """The domain rules of every durable store, written once.
 
 A backend (:class:`~.sqlite.SqliteStore`, :class:`~.postgres.PostgresStore`) holds
-the SQL, the connections, the transactions and the migrations. This module decides
-what is read and written: the next epoch, the fencing check, the upsert of a chat,
-claiming and completing a ledger entry, a finished step with its checkpoint.
+the SQL, the connections, the transactions and the migrations, and checks the fence
+in its own SQL by the rule of :func:`fence_holds`. This module decides what is read
+and written: the fields a new run takes, the checkpoint a finished step leaves, a new
+chat and a ledger entry's claim and outcome, and why a fenced write that matched
+nothing was refused.
 
 Every operation is an ``async def op(tx)`` over a :class:`Transaction`. The backend
-runs it in one transaction (a write, committed before the call returns) or on one
-connection (a read). An op awaits nothing but its transaction's methods: SQLite
-runs it to completion on its own thread, outside any event loop.
+runs it as one write (committed before the call returns) or as a read. An op awaits
+nothing but its transaction's methods: SQLite runs it to completion on its own
+thread, outside any event loop.
+
+Each durable write is one call of a fenced write method (:class:`Transaction`): it
+checks the fence and writes, or writes nothing. SQLite does that inside one
+``BEGIN IMMEDIATE`` transaction; Postgres in one statement, one round trip. Only when
+it wrote nothing does the op look again, to tell a run that lost the workflow
+(:class:`FencedOut`, with the newest epoch) from a missing ledger entry.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -28,6 +36,7 @@ from .records import (
     JournalEntry,
     LedgerEntry,
     StepRecord,
+    StepView,
     WorkflowRecord,
     WorkflowState,
     utcnow,
@@ -36,31 +45,25 @@ from .store import FencedOut
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
-R = TypeVar("R", WorkflowRecord, ChatRecord, LedgerEntry)
 
-#: How a read locks its row until the transaction ends: ``update`` (exclusive: this
-#: transaction writes the row), ``share`` (the row must not change under us), or not.
-#: SQLite ignores it: ``BEGIN IMMEDIATE`` already holds the whole file.
-Lock = Literal["share", "update"] | None
+#: Field changes of one record, applied over the stored record as it is when the write
+#: lands (top-level fields replaced whole, like ``model_copy(update=...)``).
+Changes = dict[str, Any]
 
 
 class Transaction(Protocol):
-    """Row-level reads and writes inside one transaction (or on one connection, for reads).
+    """Reads and fenced writes of the store's rows, for one operation.
 
-    ``insert_*`` returns False when the row exists already (a racing writer committed
-    it first) and changes nothing. Rows that do not parse raise
-    :class:`~coder_chat.errors.CoderStoreError` ("malformed row in <table>").
+    A fenced write checks that its fence still holds the workflow's newest epoch and
+    writes in the same step, so no new run can take the workflow in between; when the
+    fence does not hold it writes nothing and returns ``None``. Rows that do not parse
+    raise :class:`~coder_chat.errors.CoderStoreError` ("malformed row in <table>").
     """
 
     async def store_id(self) -> str | None: ...
 
-    async def workflow(
-        self, tenant: str, workflow_id: str, *, lock: Lock = None
-    ) -> WorkflowRecord | None: ...
-
-    async def insert_workflow(self, record: WorkflowRecord) -> bool: ...
-
-    async def update_workflow(self, record: WorkflowRecord) -> None: ...
+    # -- reads
+    async def workflow(self, tenant: str, workflow_id: str) -> WorkflowRecord | None: ...
 
     async def workflows(
         self,
@@ -72,23 +75,13 @@ class Transaction(Protocol):
         """By workflow id (code-point order); empty ``states`` means every state."""
         ...
 
-    async def chat(self, tenant: str, chat_id: str, *, lock: Lock = None) -> ChatRecord | None: ...
-
-    async def insert_chat(self, record: ChatRecord) -> bool: ...
-
-    async def update_chat(self, record: ChatRecord) -> None: ...
+    async def chat(self, tenant: str, chat_id: str) -> ChatRecord | None: ...
 
     async def chats(self, tenant: str, discarded: bool | None) -> list[ChatRecord]:
         """By chat id (code-point order)."""
         ...
 
-    async def tool(
-        self, tenant: str, chat_id: str, tool_call_id: str, *, lock: Lock = None
-    ) -> LedgerEntry | None: ...
-
-    async def insert_tool(self, entry: LedgerEntry) -> bool: ...
-
-    async def update_tool(self, entry: LedgerEntry) -> None: ...
+    async def tool(self, tenant: str, chat_id: str, tool_call_id: str) -> LedgerEntry | None: ...
 
     async def tools(self, tenant: str, chat_id: str) -> list[LedgerEntry]:
         """In the order they were claimed."""
@@ -96,16 +89,53 @@ class Transaction(Protocol):
 
     async def step(self, tenant: str, workflow_id: str, step: int) -> StepRecord | None: ...
 
-    async def put_step(self, record: StepRecord) -> None:
-        """Insert the step's row, or replace the one there."""
-        ...
-
     async def steps(self, tenant: str, workflow_id: str) -> list[StepRecord]:
         """By step number."""
         ...
 
+    async def step_view(self, tenant: str, workflow_id: str, step: int) -> StepView:
+        """Everything :class:`StepView` holds, from one snapshot (one statement)."""
+        ...
 
-#: One operation of the store, run by a backend inside one transaction.
+    # -- writes
+    async def start_run(self, new: WorkflowRecord, run: Changes) -> WorkflowRecord:
+        """Insert ``new`` (epoch 1), or give the workflow there its next epoch and ``run``."""
+        ...
+
+    async def update_workflow(self, fence: Fence, changes: Changes) -> WorkflowRecord | None:
+        """The workflow with ``changes``, or None (nothing written): the fence does not hold."""
+        ...
+
+    async def complete_step(
+        self, fence: Fence, checkpoint: Changes, record: StepRecord
+    ) -> WorkflowRecord | None:
+        """The checkpoint and the step's row (inserted or replaced), both or neither."""
+        ...
+
+    async def upsert_chat(
+        self, fence: Fence, new: ChatRecord, changes: Changes
+    ) -> ChatRecord | None:
+        """Insert ``new``, or apply ``changes`` to the chat there (racing writers lose nothing)."""
+        ...
+
+    async def claim_tool(
+        self, fence: Fence, entry: LedgerEntry
+    ) -> tuple[bool, LedgerEntry | None] | None:
+        """Insert ``entry`` unless the call has one: ``(True, entry)``, or ``(False, held)``.
+
+        ``held`` is the entry already there, or None when a racing writer committed it
+        after this write's snapshot was taken (read it again to see it).
+        """
+        ...
+
+    async def complete_tool(
+        self, fence: Fence, chat_id: str, tool_call_id: str, changes: Changes
+    ) -> LedgerEntry | None:
+        """The entry with ``changes``; None when the fence does not hold or no entry exists."""
+        ...
+
+
+#: One operation of the store, run by a backend as one write (one commit) or as a read.
 Op = Callable[[Transaction], Coroutine[Any, Any, T]]
 
 
@@ -118,6 +148,21 @@ def parse_row(model: type[M], body: Any, table: str) -> M:
         raise CoderStoreError(
             f"malformed row in {table}: {count} problem(s): {str(body)[:200]!r}"
         ) from None
+
+
+def step_view_of(
+    step_body: Any, workflow_body: Any, chat_body: Any, previous_chat_id: str | None
+) -> StepView:
+    """A :class:`StepView` from the stored bodies a backend read in one statement."""
+    chat = None if chat_body is None else parse_row(ChatRecord, chat_body, "chats")
+    return StepView(
+        step=None if step_body is None else parse_row(StepRecord, step_body, "steps"),
+        workflow=(
+            None if workflow_body is None else parse_row(WorkflowRecord, workflow_body, "workflows")
+        ),
+        journal=chat.journal if chat else None,
+        previous_chat_id=previous_chat_id,
+    )
 
 
 class BaseStore(ABC):
@@ -143,7 +188,7 @@ class BaseStore(ABC):
 
     @abstractmethod
     async def _transact(self, doing: str, op: Op[T], *, write: bool) -> T:
-        """Run ``op`` in one transaction, committed on return (``write``), or as a read.
+        """Run ``op`` as one write, committed on return (``write``), or as a read.
 
         ``doing`` names the operation in error messages.
         """
@@ -178,36 +223,31 @@ class BaseStore(ABC):
         flow_run_id: str | None = None,
         archive_at_end: bool = True,
     ) -> Fence:
-        run = {
+        now = utcnow()
+        run: Changes = {
             "state": WorkflowState.RUNNING,
             "deployment": deployment,
             "flow_run_id": flow_run_id,
             "archive_at_end": archive_at_end,
+            "heartbeat_at": now,
+            "updated_at": now,
         }
+        new = WorkflowRecord(tenant=tenant, workflow_id=workflow_id, epoch=1).model_copy(update=run)
 
         async def op(tx: Transaction) -> Fence:
-            current = await tx.workflow(tenant, workflow_id, lock="update")
-            if current is None:
-                record = _next_run(WorkflowRecord(tenant=tenant, workflow_id=workflow_id), run)
-                if await tx.insert_workflow(record):
-                    return _fence_of(record)
-                # A racing begin_run created it first (and has committed): take the next epoch.
-                current = await tx.workflow(tenant, workflow_id, lock="update")
-                if current is None:
-                    raise CoderStoreError(f"{self!r}: workflow {workflow_id!r} vanished")
-            record = _next_run(current, run)
-            await tx.update_workflow(record)
-            return _fence_of(record)
+            return _fence_of(await tx.start_run(new, run))
 
         return await self._write("begin_run", op)
 
     async def get_workflow(self, tenant: str, workflow_id: str) -> WorkflowRecord | None:
         return await self._read("get_workflow", lambda tx: tx.workflow(tenant, workflow_id))
 
-    async def _update_workflow(self, fence: Fence, changes: dict[str, Any], doing: str) -> None:
+    async def _update_workflow(self, fence: Fence, changes: Changes, doing: str) -> None:
+        touched = _touched(changes)
+
         async def op(tx: Transaction) -> None:
-            current = await _fenced(tx, fence, lock="update")
-            await tx.update_workflow(_touched(current, changes))
+            if await tx.update_workflow(fence, touched) is None:
+                raise await _refusal(tx, fence, doing)
 
         await self._write(doing, op)
 
@@ -248,20 +288,21 @@ class BaseStore(ABC):
                 f"{record.tenant!r}) cannot be completed under a fence of {fence.workflow_id!r} "
                 f"(tenant {fence.tenant!r})"
             )
-        checkpoint = {
-            "chat_id": record.chat_id,
-            "last_seen_message_id": record.last_seen_message_id,
-        }
+        checkpoint = _touched(
+            {"chat_id": record.chat_id, "last_seen_message_id": record.last_seen_message_id}
+        )
 
         async def op(tx: Transaction) -> None:
-            current = await _fenced(tx, fence, lock="update")
-            await tx.update_workflow(_touched(current, checkpoint))
-            await tx.put_step(record)
+            if await tx.complete_step(fence, checkpoint, record) is None:
+                raise await _refusal(tx, fence, "complete_step")
 
         await self._write("complete_step", op)
 
     async def get_step(self, tenant: str, workflow_id: str, step: int) -> StepRecord | None:
         return await self._read("get_step", lambda tx: tx.step(tenant, workflow_id, step))
+
+    async def get_step_view(self, tenant: str, workflow_id: str, step: int) -> StepView:
+        return await self._read("get_step_view", lambda tx: tx.step_view(tenant, workflow_id, step))
 
     async def list_steps(self, tenant: str, workflow_id: str) -> list[StepRecord]:
         return await self._read("list_steps", lambda tx: tx.steps(tenant, workflow_id))
@@ -270,23 +311,15 @@ class BaseStore(ABC):
     async def get_chat(self, tenant: str, chat_id: str) -> ChatRecord | None:
         return await self._read("get_chat", lambda tx: tx.chat(tenant, chat_id))
 
-    async def _update_chat(
-        self, fence: Fence, chat_id: str, changes: dict[str, Any], doing: str
-    ) -> None:
-        new = ChatRecord(tenant=fence.tenant, chat_id=chat_id, workflow_id=fence.workflow_id)
+    async def _update_chat(self, fence: Fence, chat_id: str, changes: Changes, doing: str) -> None:
+        touched = _touched(changes)
+        new = ChatRecord(
+            tenant=fence.tenant, chat_id=chat_id, workflow_id=fence.workflow_id
+        ).model_copy(update=touched)
 
         async def op(tx: Transaction) -> None:
-            await _fenced(tx, fence, lock="share")
-            for _ in range(2):
-                current = await tx.chat(fence.tenant, chat_id, lock="update")
-                record = _touched(current or new, changes)
-                if current is not None:
-                    await tx.update_chat(record)
-                    return
-                if await tx.insert_chat(record):
-                    return
-                # A racing writer created the chat first (and has committed): update it.
-            raise CoderStoreError(f"{self!r}: chat {chat_id} vanished")
+            if await tx.upsert_chat(fence, new, touched) is None:
+                raise await _refusal(tx, fence, doing)
 
         await self._write(doing, op)
 
@@ -320,34 +353,33 @@ class BaseStore(ABC):
         )
 
         async def op(tx: Transaction) -> tuple[bool, LedgerEntry]:
-            await _fenced(tx, fence, lock="share")
-            if await tx.insert_tool(entry):
-                return True, entry
-            existing = await tx.tool(fence.tenant, chat_id, tool_call_id)
-            if existing is None:
+            claimed = await tx.claim_tool(fence, entry)
+            if claimed is None:
+                raise await _refusal(tx, fence, "claim_tool")
+            won, held = claimed
+            if held is None:  # the racing winner committed after our snapshot: look again
+                held = await tx.tool(fence.tenant, chat_id, tool_call_id)
+            if held is None:
                 raise CoderStoreError(
                     f"{self!r}: ledger entry {tool_call_id} of chat {chat_id} conflicted "
                     "but cannot be read"
                 )
-            return False, existing
+            return won, held
 
         return await self._write("claim_tool", op)
 
     async def complete_tool(
         self, fence: Fence, chat_id: str, tool_call_id: str, *, output: Any, is_error: bool = False
     ) -> LedgerEntry:
-        outcome = {"state": "done", "output": output, "is_error": is_error}
+        outcome = _touched({"state": "done", "output": output, "is_error": is_error})
 
         async def op(tx: Transaction) -> LedgerEntry:
-            await _fenced(tx, fence, lock="share")
-            current = await tx.tool(fence.tenant, chat_id, tool_call_id, lock="update")
-            if current is None:
-                raise CoderStoreError(
-                    f"no ledger entry for tool call {tool_call_id} of chat {chat_id}"
-                )
-            done = _touched(current, outcome)
-            await tx.update_tool(done)
-            return done
+            done = await tx.complete_tool(fence, chat_id, tool_call_id, outcome)
+            if done is not None:
+                return done
+            if (refused := await _fenced_out(tx, fence)) is not None:
+                raise refused
+            raise CoderStoreError(f"no ledger entry for tool call {tool_call_id} of chat {chat_id}")
 
         return await self._write("complete_tool", op)
 
@@ -361,27 +393,35 @@ class BaseStore(ABC):
 # -- the rules ----------------------------------------------------------------------------
 
 
-async def _fenced(tx: Transaction, fence: Fence, *, lock: Lock) -> WorkflowRecord:
-    """The workflow, if ``fence`` still holds its newest epoch; else :class:`FencedOut`.
-
-    The lock keeps the epoch from changing before the transaction commits.
-    """
-    current = await tx.workflow(fence.tenant, fence.workflow_id, lock=lock)
-    if current is None or current.epoch != fence.epoch:
-        raise FencedOut(fence, current.epoch if current else None)
-    return current
+def fence_holds(fence: Fence, epoch: int | None) -> bool:
+    """The fencing rule: a run may act while its epoch is the workflow's newest."""
+    return epoch is not None and epoch == fence.epoch
 
 
-def _next_run(base: WorkflowRecord, run: dict[str, Any]) -> WorkflowRecord:
-    """The workflow taken by a new run: the next epoch, running, with a fresh heartbeat."""
-    now = utcnow()
-    return base.model_copy(
-        update={**run, "epoch": base.epoch + 1, "heartbeat_at": now, "updated_at": now}
+async def _fenced_out(tx: Transaction, fence: Fence) -> FencedOut | None:
+    """A second look, taken only after a fenced write matched nothing: :class:`FencedOut`
+    (with the newest epoch) when the fence no longer holds, else None."""
+    current = await tx.workflow(fence.tenant, fence.workflow_id)
+    epoch = current.epoch if current else None
+    return None if fence_holds(fence, epoch) else FencedOut(fence, epoch)
+
+
+async def _refusal(tx: Transaction, fence: Fence, doing: str) -> CoderStoreError:
+    """Why a fenced write of the workflow, a step or a chat wrote nothing."""
+    refused = await _fenced_out(tx, fence)
+    if refused is not None:
+        return refused
+    # A fence from begin_run names a workflow that exists from then on with epochs that only
+    # grow, so this takes a fence that was never handed out, racing that workflow's creation.
+    return CoderStoreError(
+        f"{doing}: workflow {fence.workflow_id!r} did not hold epoch {fence.epoch} when written, "
+        "and holds it now; try again",
+        retryable=True,
     )
 
 
-def _touched(record: R, changes: dict[str, Any]) -> R:
-    return record.model_copy(update={**changes, "updated_at": utcnow()})
+def _touched(changes: Changes) -> Changes:
+    return {**changes, "updated_at": utcnow()}
 
 
 def _fence_of(record: WorkflowRecord) -> Fence:

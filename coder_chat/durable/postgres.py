@@ -15,21 +15,27 @@ so it can share a database.
   in one transaction, so several processes may start at once. A schema written by
   a newer prefect-coder, or one holding tables that are not ours, is refused and
   left untouched.
-- **One commit per durable write.** A fenced write reads the workflow row with
-  ``FOR UPDATE`` (writes to the row itself) or ``FOR SHARE`` (chat and ledger
-  writes) inside its own transaction, so the epoch it checked cannot change
-  before it commits.
-- **A server restart costs no error**: when an operation's pooled connection turns
-  out dead before its transaction did anything (``BEGIN``, or a read's one
-  statement, fails with a connection error), the pool's connections are expired
-  and the operation runs once more on a fresh one. Nothing else is retried here;
-  callers retry on ``CoderStoreError.retryable``.
+- **One statement per durable write, one round trip.** A write sends no ``BEGIN``
+  and no ``COMMIT``: its one statement is its transaction. It checks the fence in
+  that statement: a write to the workflow row updates it ``WHERE epoch = $n``; a
+  write to another table takes the workflow row ``FOR SHARE`` at that epoch, so a
+  new run's ``begin_run`` cannot slip between the check and the write. Only when it
+  matched nothing does the store look again, to say why (:class:`FencedOut` or a
+  missing ledger entry). Released connections need no reset query either.
+- **A server restart costs no error**: before a pooled connection is used, its
+  socket is checked (no round trip) for what a server leaves on an idle connection
+  it closed; such a connection is replaced, with its pool-mates. A read whose
+  connection still dies before its statement is answered runs once more on a fresh
+  one. A write is never retried here (once sent, it may have landed): callers retry
+  on ``CoderStoreError.retryable``.
 - **Errors** are :class:`~coder_chat.errors.CoderStoreError`, retryable for
   connection problems, serialization failures and deadlocks. They name host,
   port, database and schema, and never the password.
 
-Known difference from SQLite: JSONB cannot hold the NUL character, so a value
-containing ``"\\x00"`` (a tool output, say) is refused with a clear error.
+Known differences from SQLite: JSONB cannot hold the NUL character, so a value
+containing ``"\\x00"`` (a tool output, say) is refused with a clear error. And a
+row that no longer parses (something else wrote it) is reported by a write to it
+after the write's one statement merged its changes in; SQLite reports it before.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import re
+import select
 import threading
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import suppress
@@ -48,10 +55,19 @@ from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 import asyncpg
 from asyncpg import exceptions as pgexc
 from asyncpg.pool import PoolConnectionProxy
+from pydantic import BaseModel
 
 from ..errors import CoderConfigError, CoderStoreError
-from .base import BaseStore, Lock, Op, parse_row
-from .records import ChatRecord, LedgerEntry, StepRecord, WorkflowRecord, WorkflowState
+from .base import BaseStore, Changes, Op, parse_row, step_view_of
+from .records import (
+    ChatRecord,
+    Fence,
+    LedgerEntry,
+    StepRecord,
+    StepView,
+    WorkflowRecord,
+    WorkflowState,
+)
 from .store import SCHEMA_VERSION
 
 T = TypeVar("T")
@@ -107,6 +123,10 @@ CREATE TABLE {s}.steps (
 CREATE TABLE {s}.meta (key TEXT COLLATE "C" PRIMARY KEY, value TEXT NOT NULL);
 INSERT INTO {s}.meta (key, value) VALUES ('store_id', replace(gen_random_uuid()::text, '-', ''));
 """,
+    # No table changes: finished steps keep their prompt in their JSON body. Code from
+    # version 2 would report such a body as malformed (records forbid unknown fields), so
+    # the version tells it to upgrade instead; version 2 steps read back with prompt "".
+    3: "",
 }
 assert max(MIGRATIONS) == SCHEMA_VERSION, "every schema version needs its migration"
 
@@ -371,6 +391,7 @@ class PostgresStore(BaseStore):
                 max_size=self._max_size,
                 timeout=self._connect_timeout,
                 server_settings={"application_name": self._application_name},
+                reset=_nothing_to_reset,
             )
         except _CONNECT_FAILURES as exc:
             target = self._target
@@ -426,7 +447,8 @@ class PostgresStore(BaseStore):
             )
         for version in sorted(MIGRATIONS):
             if version > current:
-                await conn.execute(MIGRATIONS[version].format(s=s))
+                if MIGRATIONS[version].strip():  # a version may change no table
+                    await conn.execute(MIGRATIONS[version].format(s=s))
                 await conn.execute(f"INSERT INTO {s}.migrations (version) VALUES ($1)", version)
 
     # -- transactions -------------------------------------------------------------------
@@ -439,9 +461,9 @@ class PostgresStore(BaseStore):
                 return await self._attempt(pool, op, attempt, write=write)
             except _FOREIGN as exc:
                 if not retried and attempt.stale(exc):
-                    # The pooled connection died before this operation did anything (a
-                    # server restart): nothing happened, so once more on a fresh one.
-                    # Its pool-mates most likely died with it: replace them all.
+                    # A read's connection died before its statement was answered (a server
+                    # restart): nothing happened, so once more on a fresh one. Its
+                    # pool-mates most likely died with it: replace them all.
                     retried = True
                     with suppress(*_FOREIGN):
                         await pool.expire_connections()
@@ -449,22 +471,21 @@ class PostgresStore(BaseStore):
                 self._raise(exc, doing, lost=attempt.lost)
 
     async def _attempt(self, pool: Pool, op: Op[T], attempt: _Attempt, *, write: bool) -> T:
-        conn: Conn = await pool.acquire()
+        conn = await _acquire_live(pool)
         attempt.conn = conn
         try:
-            tx = _PgTransaction(conn, self._sql, attempt)
-            if not write:
-                return await op(tx)
-            async with conn.transaction():
+            if write:
+                # No BEGIN, no COMMIT: a write is one statement, its own transaction. Once
+                # it went out it may have landed, so a failure from here is never retried.
                 attempt.began = True
-                return await op(tx)
+            return await op(_PgTransaction(conn, self._sql, attempt))
         except _FOREIGN:
-            # Ask the connection itself, before it goes back to the pool: a dropped one
-            # often surfaces as "connection is closed" from the rollback, hiding the cause.
+            # Ask the connection itself, before it goes back to the pool: one that died
+            # under the operation makes the error retryable, whatever asyncpg raised.
             attempt.lost = _is_closed(conn)
             raise
         finally:
-            # Releasing resets the connection; if it died after COMMIT, that fails, and
+            # If the connection died after the write landed, releasing it fails, and that
             # must not turn a committed write into an error (asyncpg drops it anyway).
             with suppress(*_FOREIGN):
                 await pool.release(conn)
@@ -523,13 +544,13 @@ class _Attempt:
     """One try of an operation: its connection, and whether anything ran on it yet."""
 
     conn: Conn | None = None
-    #: BEGIN was answered (a write), or a statement was (a read).
+    #: A write's statement is going out, or a read's statement was answered.
     began: bool = False
     #: The connection died under the operation: trying again may succeed.
     lost: bool = False
 
     def stale(self, exc: BaseException) -> bool:
-        """A pooled connection that was dead before anything ran: safe to try again."""
+        """A read's pooled connection that was dead before its statement ran: try again."""
         return self.conn is not None and not self.began and (self.lost or _connection_gone(exc))
 
 
@@ -547,43 +568,110 @@ def _connection_gone(exc: BaseException) -> bool:
     return state.startswith("08") or state in _GONE_SQLSTATES
 
 
-_LOCKS: dict[Lock, str] = {None: "", "share": " FOR SHARE", "update": " FOR UPDATE"}
+async def _nothing_to_reset(conn: asyncpg.Connection[asyncpg.Record]) -> None:
+    """What a connection needs before it goes back to the pool: nothing.
+
+    The store leaves no session state behind (no SET, LISTEN, cursors or session
+    advisory locks; asyncpg itself rolls back a transaction left open before calling
+    this), so asyncpg's default reset query would only cost a round trip per operation.
+    """
+
+
+async def _acquire_live(pool: Pool) -> Conn:
+    """A pooled connection the server has not closed, found without a round trip.
+
+    A server restart (or crash, or idle timeout) closes the pool's idle connections, and
+    a busy loop may not have noticed yet. Such a connection is never used: nothing was
+    sent on it, the pool's connections are all replaced (they most likely went
+    together), and a fresh one is taken.
+    """
+    conn: Conn = await pool.acquire()
+    if not _closed_by_server(conn):
+        return conn
+    conn.terminate()  # this also hands it back to the pool, closed
+    await pool.expire_connections()
+    fresh: Conn = await pool.acquire()
+    return fresh
+
+
+def _closed_by_server(conn: Conn) -> bool:
+    """Whether the server closed this idle connection.
+
+    An idle connection has nothing to read: anything waiting on its socket is the
+    server's farewell (FATAL "terminating connection", then the end of the stream),
+    left there while the loop was busy and asyncpg could not see it.
+    """
+    if _is_closed(conn):
+        return True
+    transport = getattr(conn, "_transport", None)  # asyncpg's, reached through the proxy
+    sock = transport.get_extra_info("socket") if transport is not None else None
+    if sock is None or not hasattr(select, "poll"):
+        return False
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN | select.POLLPRI)
+    return bool(poller.poll(0))  # readable, hung up or failed
 
 
 class _PgTransaction:
-    """The store's rows over one pooled connection (in a transaction, for a write)."""
+    """The store's rows over one pooled connection.
+
+    Every statement is its own transaction: a read is one statement (one snapshot),
+    and so is each fenced write, which checks the epoch and writes in the same
+    statement (one round trip). An operation issues at most one write statement; a
+    second would not be atomic with the first, so it is refused.
+    """
 
     def __init__(self, conn: Conn, sql: _Statements, attempt: _Attempt) -> None:
         self._conn = conn
         self._sql = sql
         self._attempt = attempt
+        self._wrote = False
 
     async def _value(self, sql: str, *args: Any) -> Any:
         value = await self._conn.fetchval(sql, *args)
         self._attempt.began = True
         return value
 
+    async def _row(self, sql: str, *args: Any) -> asyncpg.Record | None:
+        row = await self._conn.fetchrow(sql, *args)
+        self._attempt.began = True
+        return row
+
     async def _bodies(self, sql: str, *args: Any) -> list[Any]:
         rows = await self._conn.fetch(sql, *args)
         self._attempt.began = True
         return [row["body"] for row in rows]
+
+    def _writing(self) -> None:
+        if self._wrote:
+            raise RuntimeError("a Postgres store operation issued a second write statement")
+        self._wrote = True
+
+    async def _written(self, sql: str, *args: Any) -> Any:
+        """The one write of an operation: its statement's answer (one value)."""
+        self._writing()
+        return await self._value(sql, *args)
 
     async def store_id(self) -> str | None:
         value = await self._value(self._sql.store_id)
         return None if value is None else str(value)
 
     # -- workflows
-    async def workflow(
-        self, tenant: str, workflow_id: str, *, lock: Lock = None
-    ) -> WorkflowRecord | None:
-        body = await self._value(self._sql.workflow + _LOCKS[lock], tenant, workflow_id)
+    async def workflow(self, tenant: str, workflow_id: str) -> WorkflowRecord | None:
+        body = await self._value(self._sql.workflow, tenant, workflow_id)
         return None if body is None else parse_row(WorkflowRecord, body, "workflows")
 
-    async def insert_workflow(self, record: WorkflowRecord) -> bool:
-        return bool(await self._value(self._sql.workflow_insert, *_workflow_row(record)))
+    async def start_run(self, new: WorkflowRecord, run: Changes) -> WorkflowRecord:
+        body = await self._written(
+            self._sql.start_run, *_workflow_row(new), _changes(WorkflowRecord, run)
+        )
+        return parse_row(WorkflowRecord, body, "workflows")
 
-    async def update_workflow(self, record: WorkflowRecord) -> None:
-        await self._value(self._sql.workflow_update, *_workflow_row(record))
+    async def update_workflow(self, fence: Fence, changes: Changes) -> WorkflowRecord | None:
+        body = await self._written(
+            self._sql.update_workflow, *_fence(fence), _changes(WorkflowRecord, changes)
+        )
+        return None if body is None else parse_row(WorkflowRecord, body, "workflows")
 
     async def workflows(
         self,
@@ -607,15 +695,22 @@ class _PgTransaction:
         return [parse_row(WorkflowRecord, body, "workflows") for body in bodies]
 
     # -- chats
-    async def chat(self, tenant: str, chat_id: str, *, lock: Lock = None) -> ChatRecord | None:
-        body = await self._value(self._sql.chat + _LOCKS[lock], tenant, chat_id)
+    async def chat(self, tenant: str, chat_id: str) -> ChatRecord | None:
+        body = await self._value(self._sql.chat, tenant, chat_id)
         return None if body is None else parse_row(ChatRecord, body, "chats")
 
-    async def insert_chat(self, record: ChatRecord) -> bool:
-        return bool(await self._value(self._sql.chat_insert, *_chat_row(record)))
-
-    async def update_chat(self, record: ChatRecord) -> None:
-        await self._value(self._sql.chat_update, *_chat_row(record))
+    async def upsert_chat(
+        self, fence: Fence, new: ChatRecord, changes: Changes
+    ) -> ChatRecord | None:
+        body = await self._written(
+            self._sql.upsert_chat,
+            *_fence(fence),
+            new.chat_id,
+            new.discarded,
+            new.model_dump_json(),
+            _changes(ChatRecord, changes),
+        )
+        return None if body is None else parse_row(ChatRecord, body, "chats")
 
     async def chats(self, tenant: str, discarded: bool | None) -> list[ChatRecord]:
         sql = f"SELECT body FROM {self._sql.s}.chats WHERE tenant = $1"
@@ -627,17 +722,41 @@ class _PgTransaction:
         return [parse_row(ChatRecord, body, "chats") for body in bodies]
 
     # -- the ledger
-    async def tool(
-        self, tenant: str, chat_id: str, tool_call_id: str, *, lock: Lock = None
-    ) -> LedgerEntry | None:
-        body = await self._value(self._sql.ledger + _LOCKS[lock], tenant, chat_id, tool_call_id)
+    async def tool(self, tenant: str, chat_id: str, tool_call_id: str) -> LedgerEntry | None:
+        body = await self._value(self._sql.ledger, tenant, chat_id, tool_call_id)
         return None if body is None else parse_row(LedgerEntry, body, "ledger")
 
-    async def insert_tool(self, entry: LedgerEntry) -> bool:
-        return bool(await self._value(self._sql.ledger_insert, *_ledger_row(entry)))
+    async def claim_tool(
+        self, fence: Fence, entry: LedgerEntry
+    ) -> tuple[bool, LedgerEntry | None] | None:
+        self._writing()
+        row = await self._row(
+            self._sql.claim_tool,
+            *_fence(fence),
+            entry.chat_id,
+            entry.tool_call_id,
+            entry.state,
+            entry.model_dump_json(),
+        )
+        assert row is not None  # a SELECT without FROM answers one row
+        if not row["holds"]:
+            return None
+        if row["won"] is not None:
+            return True, parse_row(LedgerEntry, row["won"], "ledger")
+        held = row["held"]
+        return False, None if held is None else parse_row(LedgerEntry, held, "ledger")
 
-    async def update_tool(self, entry: LedgerEntry) -> None:
-        await self._value(self._sql.ledger_update, *_ledger_row(entry))
+    async def complete_tool(
+        self, fence: Fence, chat_id: str, tool_call_id: str, changes: Changes
+    ) -> LedgerEntry | None:
+        body = await self._written(
+            self._sql.complete_tool,
+            *_fence(fence),
+            chat_id,
+            tool_call_id,
+            _changes(LedgerEntry, changes),
+        )
+        return None if body is None else parse_row(LedgerEntry, body, "ledger")
 
     async def tools(self, tenant: str, chat_id: str) -> list[LedgerEntry]:
         bodies = await self._bodies(self._sql.ledger_list, tenant, chat_id)
@@ -648,19 +767,36 @@ class _PgTransaction:
         body = await self._value(self._sql.step, tenant, workflow_id, step)
         return None if body is None else parse_row(StepRecord, body, "steps")
 
-    async def put_step(self, record: StepRecord) -> None:
-        await self._value(
-            self._sql.step_put,
-            record.tenant,
-            record.workflow_id,
+    async def complete_step(
+        self, fence: Fence, checkpoint: Changes, record: StepRecord
+    ) -> WorkflowRecord | None:
+        body = await self._written(
+            self._sql.complete_step,
+            *_fence(fence),
+            _changes(WorkflowRecord, checkpoint),
             record.step,
             record.chat_id,
             record.model_dump_json(),
         )
+        return None if body is None else parse_row(WorkflowRecord, body, "workflows")
 
     async def steps(self, tenant: str, workflow_id: str) -> list[StepRecord]:
         bodies = await self._bodies(self._sql.step_list, tenant, workflow_id)
         return [parse_row(StepRecord, body, "steps") for body in bodies]
+
+    async def step_view(self, tenant: str, workflow_id: str, step: int) -> StepView:
+        row = await self._row(self._sql.step_view, tenant, workflow_id, step)
+        assert row is not None  # one row, whatever exists
+        return step_view_of(row["step"], row["workflow"], row["chat"], row["previous_chat_id"])
+
+
+def _fence(fence: Fence) -> tuple[str, str, int]:
+    return (fence.tenant, fence.workflow_id, fence.epoch)
+
+
+def _changes(model: type[BaseModel], changes: Changes) -> str:
+    """``changes`` as a JSON object, each field serialized exactly as ``model`` stores it."""
+    return model.model_construct(**changes).model_dump_json(include=set(changes))
 
 
 def _workflow_row(record: WorkflowRecord) -> tuple[Any, ...]:
@@ -676,57 +812,24 @@ def _workflow_row(record: WorkflowRecord) -> tuple[Any, ...]:
     )
 
 
-def _chat_row(record: ChatRecord) -> tuple[Any, ...]:
-    return (
-        record.tenant,
-        record.chat_id,
-        record.workflow_id,
-        record.discarded,
-        record.model_dump_json(),
-    )
-
-
-def _ledger_row(entry: LedgerEntry) -> tuple[Any, ...]:
-    return (entry.tenant, entry.chat_id, entry.tool_call_id, entry.state, entry.model_dump_json())
-
-
 class _Statements:
-    """The store's SQL, qualified with its schema; values only ever as ``$n``."""
+    """The store's SQL, qualified with its schema; values only ever as ``$n``.
+
+    A fenced write is one statement: ``$1, $2, $3`` are the fence (tenant, workflow id,
+    epoch). A write to the workflow row updates it ``WHERE epoch = $3``; a write to
+    another table first takes the workflow row ``FOR SHARE`` at that epoch (the ``fence``
+    CTE), so a concurrent ``begin_run`` waits until the write commits, or wins first and
+    the write matches nothing. Changes are merged into the stored JSON body (``||``
+    replaces top-level fields whole); the columns that mirror body fields follow.
+    """
 
     def __init__(self, s: str) -> None:
         self.s = s
         self.store_id = f"SELECT value FROM {s}.meta WHERE key = 'store_id'"
         self.workflow = f"SELECT body FROM {s}.workflows WHERE tenant = $1 AND workflow_id = $2"
-        self.workflow_insert = (
-            f"INSERT INTO {s}.workflows "
-            "(tenant, workflow_id, epoch, state, deployment, heartbeat_at, body) "
-            "VALUES ($1, $2, $3, $4, $5, $6, $7) "
-            "ON CONFLICT (tenant, workflow_id) DO NOTHING RETURNING true"
-        )
-        self.workflow_update = (
-            f"UPDATE {s}.workflows SET epoch = $3, state = $4, deployment = $5, "
-            "heartbeat_at = $6, body = $7 WHERE tenant = $1 AND workflow_id = $2"
-        )
         self.chat = f"SELECT body FROM {s}.chats WHERE tenant = $1 AND chat_id = $2"
-        self.chat_insert = (
-            f"INSERT INTO {s}.chats (tenant, chat_id, workflow_id, discarded, body) "
-            "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, chat_id) DO NOTHING RETURNING true"
-        )
-        self.chat_update = (
-            f"UPDATE {s}.chats SET workflow_id = $3, discarded = $4, body = $5 "
-            "WHERE tenant = $1 AND chat_id = $2"
-        )
         self.ledger = (
             f"SELECT body FROM {s}.ledger WHERE tenant = $1 AND chat_id = $2 AND tool_call_id = $3"
-        )
-        self.ledger_insert = (
-            f"INSERT INTO {s}.ledger (tenant, chat_id, tool_call_id, state, body) "
-            "VALUES ($1, $2, $3, $4, $5) "
-            "ON CONFLICT (tenant, chat_id, tool_call_id) DO NOTHING RETURNING true"
-        )
-        self.ledger_update = (
-            f"UPDATE {s}.ledger SET state = $4, body = $5 "
-            "WHERE tenant = $1 AND chat_id = $2 AND tool_call_id = $3"
         )
         self.ledger_list = (
             f"SELECT body FROM {s}.ledger WHERE tenant = $1 AND chat_id = $2 ORDER BY seq"
@@ -734,11 +837,77 @@ class _Statements:
         self.step = (
             f"SELECT body FROM {s}.steps WHERE tenant = $1 AND workflow_id = $2 AND step = $3"
         )
-        self.step_put = (
-            f"INSERT INTO {s}.steps (tenant, workflow_id, step, chat_id, body) "
-            "VALUES ($1, $2, $3, $4, $5) ON CONFLICT (tenant, workflow_id, step) "
-            "DO UPDATE SET chat_id = EXCLUDED.chat_id, body = EXCLUDED.body"
-        )
         self.step_list = (
             f"SELECT body FROM {s}.steps WHERE tenant = $1 AND workflow_id = $2 ORDER BY step"
+        )
+        self.step_view = (
+            "SELECT "
+            f"(SELECT body FROM {s}.steps "
+            "  WHERE tenant = $1 AND workflow_id = $2 AND step = $3) AS step, "
+            "w.body AS workflow, "
+            f"(SELECT c.body FROM {s}.chats c "
+            "  WHERE c.tenant = $1 AND c.chat_id = (w.body ->> 'chat_id') COLLATE \"C\") AS chat, "
+            f"(SELECT p.chat_id FROM {s}.steps p "
+            "  WHERE p.tenant = $1 AND p.workflow_id = $2 AND p.step = $3 - 1 AND $3 > 1) "
+            "  AS previous_chat_id "
+            f"FROM (VALUES (1)) AS one LEFT JOIN {s}.workflows w "
+            "ON w.tenant = $1 AND w.workflow_id = $2"
+        )
+        # Inserted at epoch 1 ($1-$7: the new row), or the next epoch with the run's fields ($8).
+        self.start_run = (
+            f"INSERT INTO {s}.workflows AS w "
+            "(tenant, workflow_id, epoch, state, deployment, heartbeat_at, body) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7) "
+            "ON CONFLICT (tenant, workflow_id) DO UPDATE SET epoch = w.epoch + 1, "
+            "state = EXCLUDED.state, deployment = EXCLUDED.deployment, "
+            "heartbeat_at = EXCLUDED.heartbeat_at, "
+            "body = w.body || $8::jsonb || jsonb_build_object('epoch', w.epoch + 1) "
+            "RETURNING body"
+        )
+        self.update_workflow = (
+            f"UPDATE {s}.workflows SET body = body || $4::jsonb, "
+            "state = coalesce($4::jsonb ->> 'state', state), "
+            "deployment = coalesce($4::jsonb ->> 'deployment', deployment), "
+            "heartbeat_at = coalesce(($4::jsonb ->> 'heartbeat_at')::timestamptz, heartbeat_at) "
+            "WHERE tenant = $1 AND workflow_id = $2 AND epoch = $3 RETURNING body"
+        )
+        # The checkpoint ($4) and the step's row ($5-$7), in one statement: both or neither.
+        self.complete_step = (
+            f"WITH checkpoint AS ({self.update_workflow}), "
+            f"step AS (INSERT INTO {s}.steps (tenant, workflow_id, step, chat_id, body) "
+            "SELECT $1, $2, $5::bigint, $6::text, $7::jsonb FROM checkpoint "
+            "ON CONFLICT (tenant, workflow_id, step) "
+            "DO UPDATE SET chat_id = EXCLUDED.chat_id, body = EXCLUDED.body) "
+            "SELECT body FROM checkpoint"
+        )
+        fence = (
+            f"fence AS MATERIALIZED (SELECT 1 FROM {s}.workflows "
+            "WHERE tenant = $1 AND workflow_id = $2 AND epoch = $3 FOR SHARE)"
+        )
+        # A new chat ($4-$6), or the changes ($7) to the one there.
+        self.upsert_chat = (
+            f"WITH {fence} "
+            f"INSERT INTO {s}.chats AS c (tenant, chat_id, workflow_id, discarded, body) "
+            "SELECT $1, $4::text, $2, $5::boolean, $6::jsonb FROM fence "
+            "ON CONFLICT (tenant, chat_id) DO UPDATE SET body = c.body || $7::jsonb, "
+            "discarded = coalesce(($7::jsonb ->> 'discarded')::boolean, c.discarded) "
+            "RETURNING body"
+        )
+        # holds: the fence held; won: the entry inserted ($4-$7); held: the entry there
+        # before this statement's snapshot (a racer committing later is not seen).
+        self.claim_tool = (
+            f"WITH {fence}, claimed AS ("
+            f"INSERT INTO {s}.ledger (tenant, chat_id, tool_call_id, state, body) "
+            "SELECT $1, $4::text, $5::text, $6::text, $7::jsonb FROM fence "
+            "ON CONFLICT (tenant, chat_id, tool_call_id) DO NOTHING RETURNING body) "
+            "SELECT EXISTS (SELECT 1 FROM fence) AS holds, "
+            "(SELECT body FROM claimed) AS won, "
+            f"(SELECT body FROM {s}.ledger "
+            "  WHERE tenant = $1 AND chat_id = $4 AND tool_call_id = $5) AS held"
+        )
+        self.complete_tool = (
+            f"WITH {fence} "
+            f"UPDATE {s}.ledger AS l SET body = l.body || $6::jsonb, "
+            "state = coalesce($6::jsonb ->> 'state', l.state) FROM fence "
+            "WHERE l.tenant = $1 AND l.chat_id = $4 AND l.tool_call_id = $5 RETURNING l.body"
         )

@@ -2,10 +2,12 @@
 
 Every key carries the tenant (the Coder organization id), so one store can serve
 several deployments without one tenant's entries answering another's. Values
-are pydantic models stored as JSON. No record ever holds the session token, a
-transcript or a prompt: only ids, markers, states, times, and each finished
-step's answer (:class:`StepRecord`), which is what makes the store, not a
-worker's result cache, the record of progress.
+are pydantic models stored as JSON. No record ever holds the session token or a
+transcript: only ids, markers, states, times, and each finished step's answer
+(:class:`StepRecord`), which is what makes the store, not a worker's result
+cache, the record of progress. The one prompt kept is a finished step's own,
+beside its answer, so that a later run sending another prompt for that step
+can be refused with an error naming both.
 """
 
 from __future__ import annotations
@@ -99,8 +101,8 @@ class StepRecord(Record):
     """A finished step: written with its checkpoint, in one transaction, and read first.
 
     A re-run on any machine returns it instead of sending the step again. It holds
-    the step's answer (text and structured output) and a digest of its prompt, never
-    the prompt itself.
+    the step's answer (text and structured output) and the prompt it answered, as
+    the user gave it (without the step marker), with that prompt's digest.
     """
 
     tenant: str
@@ -114,11 +116,32 @@ class StepRecord(Record):
     verdict: StepVerdict
     #: sha256 of the step's prompt: a re-run with another prompt is refused, not answered.
     prompt_digest: str = ""
-    #: The prompt as the workflow gave it (without the step marker), so a refusal can
-    #: name what the step ran.
+    #: The step's prompt as the user gave it, without the step marker, so that refusal
+    #: can name both prompts. Steps finished before schema version 3 read back ``""``.
     prompt: str = ""
     notes: list[str] = Field(default_factory=list)
     finished_at: datetime = Field(default_factory=utcnow)
+
+
+class StepView(Record):
+    """What a step needs before it acts, read in one call, from one snapshot of the store
+    (:meth:`~coder_chat.durable.store.DurableStore.get_step_view`).
+
+    It replaces the separate reads of the step, its workflow, the checkpointed chat's
+    journal and the step before it: every field is as it stood at one moment.
+    """
+
+    #: The step's own record if it finished before: returned from the store, never resent.
+    step: StepRecord | None = None
+    #: The workflow (None if it never began): its epoch, state and checkpoint, i.e. the chat
+    #: the step goes on (``workflow.chat_id``) and the cursor (``last_seen_message_id``).
+    workflow: WorkflowRecord | None = None
+    #: The latest journal entry of the checkpointed chat (``workflow.chat_id``); None when
+    #: there is no checkpoint, or nothing was ever journaled on that chat.
+    journal: JournalEntry | None = None
+    #: The chat on which the previous step (``step - 1``) finished, if it did; None for
+    #: step 1 and before. A checkpointed chat equal to it was not created by this step.
+    previous_chat_id: str | None = None
 
 
 LedgerState = Literal["committing", "done"]

@@ -30,8 +30,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import CoderStoreError
-from .base import BaseStore, Lock, Op, parse_row
-from .records import ChatRecord, LedgerEntry, StepRecord, WorkflowRecord, WorkflowState
+from .base import BaseStore, Changes, Op, fence_holds, parse_row, step_view_of
+from .records import (
+    ChatRecord,
+    Fence,
+    LedgerEntry,
+    StepRecord,
+    StepView,
+    WorkflowRecord,
+    WorkflowState,
+)
 from .store import SCHEMA_VERSION
 
 T = TypeVar("T")
@@ -64,6 +72,10 @@ CREATE TABLE steps (
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 INSERT INTO meta (key, value) VALUES ('store_id', :store_id);
 """,
+    # No table changes: finished steps keep their prompt in their JSON body. Code from
+    # version 2 would report such a body as malformed (records forbid unknown fields), so
+    # the version tells it to upgrade instead; version 2 steps read back with prompt "".
+    3: "",
 }
 assert max(MIGRATIONS) == SCHEMA_VERSION, "every schema version needs its migration"
 
@@ -179,8 +191,12 @@ def _rollback(conn: sqlite3.Connection) -> None:
 
 
 class _SqliteTransaction:
-    """The store's rows over one connection. ``BEGIN IMMEDIATE`` already holds the file's
-    write lock for a write, so reads need no row locks (``lock`` is accepted and ignored).
+    """The store's rows over one connection.
+
+    A write runs inside ``BEGIN IMMEDIATE``, which holds the file's write lock until
+    ``COMMIT``: nothing changes between a fenced write's check and its write, and no
+    racing writer can commit in between, so a write reads, decides and writes in plain
+    statements (each a few microseconds: the file is local).
     """
 
     def __init__(self, conn: sqlite3.Connection) -> None:
@@ -193,37 +209,52 @@ class _SqliteTransaction:
     def _bodies(self, sql: str, args: Sequence[object]) -> list[Any]:
         return [row[0] for row in self._conn.execute(sql, args).fetchall()]
 
-    def _inserted(self, sql: str, row: dict[str, object]) -> bool:
-        return self._conn.execute(sql, row).rowcount == 1
+    def _holds(self, fence: Fence) -> bool:
+        # The epoch column is enough: the fence needs no parse of the workflow's body.
+        epoch = self._one(
+            "SELECT epoch FROM workflows WHERE tenant = ? AND workflow_id = ?",
+            (fence.tenant, fence.workflow_id),
+        )
+        return fence_holds(fence, epoch)
 
     async def store_id(self) -> str | None:
         value = self._one("SELECT value FROM meta WHERE key = 'store_id'", ())
         return None if value is None else str(value)
 
     # -- workflows
-    async def workflow(
-        self, tenant: str, workflow_id: str, *, lock: Lock = None
-    ) -> WorkflowRecord | None:
+    async def workflow(self, tenant: str, workflow_id: str) -> WorkflowRecord | None:
         body = self._one(
             "SELECT body FROM workflows WHERE tenant = ? AND workflow_id = ?", (tenant, workflow_id)
         )
         return None if body is None else parse_row(WorkflowRecord, body, "workflows")
 
-    async def insert_workflow(self, record: WorkflowRecord) -> bool:
-        return self._inserted(
+    def _put_workflow(self, record: WorkflowRecord) -> None:
+        self._conn.execute(
             "INSERT INTO workflows (tenant, workflow_id, epoch, state, deployment, heartbeat_at, "
             "body) VALUES (:tenant, :workflow_id, :epoch, :state, :deployment, :heartbeat_at, "
-            ":body) ON CONFLICT (tenant, workflow_id) DO NOTHING",
+            ":body) ON CONFLICT (tenant, workflow_id) DO UPDATE SET epoch = excluded.epoch, "
+            "state = excluded.state, deployment = excluded.deployment, "
+            "heartbeat_at = excluded.heartbeat_at, body = excluded.body",
             _workflow_row(record),
         )
 
-    async def update_workflow(self, record: WorkflowRecord) -> None:
-        self._conn.execute(
-            "UPDATE workflows SET epoch = :epoch, state = :state, deployment = :deployment, "
-            "heartbeat_at = :heartbeat_at, body = :body "
-            "WHERE tenant = :tenant AND workflow_id = :workflow_id",
-            _workflow_row(record),
+    async def start_run(self, new: WorkflowRecord, run: Changes) -> WorkflowRecord:
+        current = await self.workflow(new.tenant, new.workflow_id)
+        record = (
+            new
+            if current is None
+            else current.model_copy(update={**run, "epoch": current.epoch + 1})
         )
+        self._put_workflow(record)
+        return record
+
+    async def update_workflow(self, fence: Fence, changes: Changes) -> WorkflowRecord | None:
+        current = await self.workflow(fence.tenant, fence.workflow_id)
+        if current is None or not fence_holds(fence, current.epoch):
+            return None
+        record = current.model_copy(update=changes)
+        self._put_workflow(record)
+        return record
 
     async def workflows(
         self,
@@ -247,26 +278,27 @@ class _SqliteTransaction:
         return [parse_row(WorkflowRecord, body, "workflows") for body in bodies]
 
     # -- chats
-    async def chat(self, tenant: str, chat_id: str, *, lock: Lock = None) -> ChatRecord | None:
+    async def chat(self, tenant: str, chat_id: str) -> ChatRecord | None:
         body = self._one(
             "SELECT body FROM chats WHERE tenant = ? AND chat_id = ?", (tenant, chat_id)
         )
         return None if body is None else parse_row(ChatRecord, body, "chats")
 
-    async def insert_chat(self, record: ChatRecord) -> bool:
-        return self._inserted(
+    async def upsert_chat(
+        self, fence: Fence, new: ChatRecord, changes: Changes
+    ) -> ChatRecord | None:
+        if not self._holds(fence):
+            return None
+        current = await self.chat(new.tenant, new.chat_id)
+        record = new if current is None else current.model_copy(update=changes)
+        self._conn.execute(
             "INSERT INTO chats (tenant, chat_id, workflow_id, discarded, body) "
             "VALUES (:tenant, :chat_id, :workflow_id, :discarded, :body) "
-            "ON CONFLICT (tenant, chat_id) DO NOTHING",
+            "ON CONFLICT (tenant, chat_id) DO UPDATE SET workflow_id = excluded.workflow_id, "
+            "discarded = excluded.discarded, body = excluded.body",
             _chat_row(record),
         )
-
-    async def update_chat(self, record: ChatRecord) -> None:
-        self._conn.execute(
-            "UPDATE chats SET workflow_id = :workflow_id, discarded = :discarded, body = :body "
-            "WHERE tenant = :tenant AND chat_id = :chat_id",
-            _chat_row(record),
-        )
+        return record
 
     async def chats(self, tenant: str, discarded: bool | None) -> list[ChatRecord]:
         sql = "SELECT body FROM chats WHERE tenant = ?"
@@ -278,29 +310,43 @@ class _SqliteTransaction:
         return [parse_row(ChatRecord, body, "chats") for body in bodies]
 
     # -- the ledger
-    async def tool(
-        self, tenant: str, chat_id: str, tool_call_id: str, *, lock: Lock = None
-    ) -> LedgerEntry | None:
+    async def tool(self, tenant: str, chat_id: str, tool_call_id: str) -> LedgerEntry | None:
         body = self._one(
             "SELECT body FROM ledger WHERE tenant = ? AND chat_id = ? AND tool_call_id = ?",
             (tenant, chat_id, tool_call_id),
         )
         return None if body is None else parse_row(LedgerEntry, body, "ledger")
 
-    async def insert_tool(self, entry: LedgerEntry) -> bool:
-        return self._inserted(
+    async def claim_tool(
+        self, fence: Fence, entry: LedgerEntry
+    ) -> tuple[bool, LedgerEntry | None] | None:
+        if not self._holds(fence):
+            return None
+        inserted = self._conn.execute(
             "INSERT INTO ledger (tenant, chat_id, tool_call_id, state, body) "
             "VALUES (:tenant, :chat_id, :tool_call_id, :state, :body) "
             "ON CONFLICT (tenant, chat_id, tool_call_id) DO NOTHING",
             _ledger_row(entry),
         )
+        if inserted.rowcount == 1:
+            return True, entry
+        return False, await self.tool(entry.tenant, entry.chat_id, entry.tool_call_id)
 
-    async def update_tool(self, entry: LedgerEntry) -> None:
+    async def complete_tool(
+        self, fence: Fence, chat_id: str, tool_call_id: str, changes: Changes
+    ) -> LedgerEntry | None:
+        if not self._holds(fence):
+            return None
+        current = await self.tool(fence.tenant, chat_id, tool_call_id)
+        if current is None:
+            return None
+        done = current.model_copy(update=changes)
         self._conn.execute(
             "UPDATE ledger SET state = :state, body = :body "
             "WHERE tenant = :tenant AND chat_id = :chat_id AND tool_call_id = :tool_call_id",
-            _ledger_row(entry),
+            _ledger_row(done),
         )
+        return done
 
     async def tools(self, tenant: str, chat_id: str) -> list[LedgerEntry]:
         bodies = self._bodies(
@@ -317,7 +363,12 @@ class _SqliteTransaction:
         )
         return None if body is None else parse_row(StepRecord, body, "steps")
 
-    async def put_step(self, record: StepRecord) -> None:
+    async def complete_step(
+        self, fence: Fence, checkpoint: Changes, record: StepRecord
+    ) -> WorkflowRecord | None:
+        workflow = await self.update_workflow(fence, checkpoint)
+        if workflow is None:
+            return None
         self._conn.execute(
             "INSERT INTO steps (tenant, workflow_id, step, chat_id, body) "
             "VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant, workflow_id, step) "
@@ -330,6 +381,7 @@ class _SqliteTransaction:
                 record.model_dump_json(),
             ),
         )
+        return workflow
 
     async def steps(self, tenant: str, workflow_id: str) -> list[StepRecord]:
         bodies = self._bodies(
@@ -337,6 +389,23 @@ class _SqliteTransaction:
             (tenant, workflow_id),
         )
         return [parse_row(StepRecord, body, "steps") for body in bodies]
+
+    async def step_view(self, tenant: str, workflow_id: str, step: int) -> StepView:
+        # One statement reads from one snapshot of the file (its own read transaction).
+        row = self._conn.execute(
+            "SELECT "
+            "(SELECT body FROM steps "
+            " WHERE tenant = :tenant AND workflow_id = :workflow_id AND step = :step), "
+            "w.body, "
+            "(SELECT c.body FROM chats c WHERE c.tenant = :tenant AND c.chat_id = "
+            " CASE WHEN json_valid(w.body) THEN json_extract(w.body, '$.chat_id') END), "
+            "(SELECT p.chat_id FROM steps p WHERE p.tenant = :tenant "
+            " AND p.workflow_id = :workflow_id AND p.step = :step - 1 AND :step > 1) "
+            "FROM (SELECT 1) LEFT JOIN workflows w "
+            "ON w.tenant = :tenant AND w.workflow_id = :workflow_id",
+            {"tenant": tenant, "workflow_id": workflow_id, "step": step},
+        ).fetchone()
+        return step_view_of(*row)
 
 
 def _workflow_row(record: WorkflowRecord) -> dict[str, object]:

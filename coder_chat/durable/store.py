@@ -23,12 +23,13 @@ from .records import (
     JournalEntry,
     LedgerEntry,
     StepRecord,
+    StepView,
     WorkflowRecord,
     WorkflowState,
 )
 
 #: The schema version this code writes; a store holding a newer one is refused.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 
 class FencedOut(CoderStoreError):
@@ -94,6 +95,23 @@ class DurableStore(Protocol):
         ...
 
     async def get_step(self, tenant: str, workflow_id: str, step: int) -> StepRecord | None: ...
+
+    async def get_step_view(self, tenant: str, workflow_id: str, step: int) -> StepView:
+        """Everything a step reads before it acts, in one read from one snapshot.
+
+        It answers what :meth:`get_step`, :meth:`get_workflow`, :meth:`get_chat` (of the
+        checkpointed chat) and :meth:`get_step` of ``step - 1`` would, in one call: one
+        statement, one round trip on Postgres; one trip to the store's thread and one
+        read transaction on SQLite. The fields (all None when absent):
+
+        - ``step``: this step's :class:`StepRecord` if it finished before;
+        - ``workflow``: the :class:`WorkflowRecord`, with the epoch, the state and the
+          checkpoint (``chat_id``, ``last_seen_message_id``);
+        - ``journal``: the latest :class:`JournalEntry` of the checkpointed chat;
+        - ``previous_chat_id``: the chat on which step ``step - 1`` finished (None for
+          step 1).
+        """
+        ...
 
     async def list_steps(self, tenant: str, workflow_id: str) -> list[StepRecord]:
         """The workflow's finished steps, by step number."""

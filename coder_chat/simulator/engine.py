@@ -97,7 +97,8 @@ class Engine:
             raise bad_request("System prompt exceeds maximum length.")
         parts = check.input_parts(body.get("content"), self.files)
         workspace = self._workspace(body.get("workspace_id"))
-        model_config = self._model_config(body.get("model_config_id"))
+        # Omitted: the chat runs on the server's default model, and says so.
+        model_config = self._model_config(body.get("model_config_id")) or self._default_model()
         mcp = self._mcp_servers(body.get("mcp_server_ids"))
         labels = check.labels(body.get("labels"))
         tools = check.dynamic_tools(body.get("unsafe_dynamic_tools"))
@@ -157,6 +158,13 @@ class Engine:
             raise bad_request("Invalid model config ID.")
         return uuid.UUID(str(value))
 
+    def _default_model(self) -> uuid.UUID | None:
+        """The enabled model config marked default: what a chat created without one uses."""
+        for config in self.model_configs:
+            if config["enabled"] and config["is_default"]:
+                return uuid.UUID(str(config["id"]))
+        return None
+
     def _mcp_servers(self, value: Any) -> list[str]:
         ids = [str(v) for v in value or []]
         unknown = [v for v in ids if v not in {str(s) for s in self.mcp_servers}]
@@ -181,11 +189,12 @@ class Engine:
             raise bad_request("Cannot send messages to an archived chat.")
         behavior = check.busy_behavior(body.get("busy_behavior"))
         parts = check.input_parts(body.get("content"), self.files)
-        self._model_config(body.get("model_config_id"))
+        model_config = self._model_config(body.get("model_config_id"))
         if body.get("mcp_server_ids") is not None:
             chat.mcp_server_ids = self._mcp_servers(body["mcp_server_ids"])
         self._link_files(chat, parts)
         if not chat.busy and not chat.queue:
+            _switch_model(chat, model_config)
             message = self.append(chat, "user", parts, created_by=self.config.owner_id)
             self._set_status(chat, "pending" if self.config.era_b.pending_status else "running")
             chat.last_error = None
@@ -204,7 +213,7 @@ class Engine:
                 "Message queue is full.",
                 f"Maximum {self.config.max_queue} messages can be queued.",
             )
-        queued = QueuedMessage(self.ids.queue_id(), chat.id, parts)
+        queued = QueuedMessage(self.ids.queue_id(), chat.id, parts, model_config_id=model_config)
         chat.queue.append(queued)
         chat.queue_version += 1
         inserted = self._after_queueing(chat, behavior)
@@ -471,6 +480,7 @@ class Engine:
     def _promote_head(self, chat: Chat) -> Message:
         head = chat.queue.pop(0)
         chat.queue_version += 1
+        _switch_model(chat, head.model_config_id)  # the model it was sent with runs its turn
         return self.append(chat, "user", head.content, created_by=self.config.owner_id)
 
     # -- what runs use ---------------------------------------------------------------------
@@ -616,6 +626,12 @@ class Engine:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def _switch_model(chat: Chat, model_config: uuid.UUID | None) -> None:
+    """A prompt sent with a model runs its turn on it: the chat's last model becomes it."""
+    if model_config is not None:
+        chat.model_config_id = model_config
 
 
 def _text(parts: list[JSON]) -> str:

@@ -78,14 +78,19 @@ class QueuedMessage:
     chat_id: uuid.UUID
     content: list[JSON]
     created_at: datetime = field(default_factory=now)
+    #: The model it was sent with, if any: its turn runs on it once promoted.
+    model_config_id: uuid.UUID | None = None
 
     def to_wire(self) -> JSON:
-        return {
+        out: JSON = {
             "id": self.id,
             "chat_id": str(self.chat_id),
             "content": self.content,
             "created_at": rfc3339(self.created_at),
         }
+        if self.model_config_id is not None:
+            out["model_config_id"] = str(self.model_config_id)
+        return out
 
 
 @dataclass
@@ -141,6 +146,7 @@ class Chat:
     archived: bool = False
     workspace_id: uuid.UUID | None = None
     mcp_server_ids: list[str] = field(default_factory=list)
+    #: The model the last turn ran on (the default one unless a prompt named another).
     model_config_id: uuid.UUID | None = None
     system_prompt: str = ""
     plan_mode: str = ""

@@ -1,8 +1,10 @@
-"""A store written by the previous code (schema version 1) is migrated to 2, keeping its data.
+"""Stores written by earlier code (schema versions 1 and 2) migrate to the current one, keeping
+their data.
 
-The v1 schema is copied here as it was shipped, so this test keeps meaning what it says
-when the stores' own migrations change. Rows are written the way v1 wrote them: JSON
-bodies of the records as they were then (no ``archive_at_end``).
+The v1 and v2 schemas are copied here as they were shipped, so these tests keep meaning what
+they say when the stores' own migrations change. Rows are written the way that code wrote
+them: JSON bodies of the records as they were then (v1: no ``archive_at_end``; v2: finished
+steps without ``prompt``).
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from coder_chat.durable.records import (
     Fence,
     JournalEntry,
     LedgerEntry,
+    StepRecord,
     WorkflowRecord,
     WorkflowState,
+    prompt_digest,
 )
 from coder_chat.durable.store import SCHEMA_VERSION
 
@@ -184,7 +188,7 @@ async def installed_versions(backend: Backend) -> list[int]:
     return list(range(1, version + 1))
 
 
-async def test_a_version_1_store_migrates_to_2_keeping_its_data(backend: Backend) -> None:
+async def test_a_version_1_store_migrates_keeping_its_data(backend: Backend) -> None:
     if backend.is_postgres:
         await build_postgres_v1(backend.dsn, backend.location)
     else:
@@ -194,7 +198,7 @@ async def test_a_version_1_store_migrates_to_2_keeping_its_data(backend: Backend
     # Several openers at once: the migration runs once, and they all see one store id.
     stores = [backend.open() for _ in range(4)]
     workflows = await asyncio.gather(*(s.get_workflow(T, "wf") for s in stores))
-    assert await installed_versions(backend) == list(range(1, SCHEMA_VERSION + 1)) == [1, 2]
+    assert await installed_versions(backend) == list(range(1, SCHEMA_VERSION + 1)) == [1, 2, 3]
     assert workflows == [WORKFLOW] * 4  # v1's body reads with archive_at_end's default
     assert workflows[0] is not None and workflows[0].archive_at_end is True
     ids = await asyncio.gather(*(s.store_id() for s in stores))
@@ -222,3 +226,111 @@ async def test_a_version_1_store_migrates_to_2_keeping_its_data(backend: Backend
         43,
         False,
     )
+
+
+# -- version 2: finished steps without their prompt ----------------------------------------
+
+SQLITE_V2 = """
+CREATE TABLE steps (
+    tenant TEXT NOT NULL, workflow_id TEXT NOT NULL, step INTEGER NOT NULL,
+    chat_id TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (tenant, workflow_id, step));
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+POSTGRES_V2 = """
+CREATE TABLE {s}.steps (
+    tenant TEXT COLLATE "C" NOT NULL,
+    workflow_id TEXT COLLATE "C" NOT NULL,
+    step BIGINT NOT NULL,
+    chat_id TEXT COLLATE "C" NOT NULL,
+    body JSONB NOT NULL,
+    PRIMARY KEY (tenant, workflow_id, step)
+);
+CREATE TABLE {s}.meta (key TEXT COLLATE "C" PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO {s}.migrations (version) VALUES (2);
+"""
+
+V2_STORE_ID = "0123456789ab4def8123456789abcdef"
+V2_STEPS = [
+    StepRecord(
+        tenant=T,
+        workflow_id="wf",
+        step=step,
+        chat_id="chat-1",
+        last_seen_message_id=40 + step,
+        text=f"answer {step}",
+        verdict="ran",
+        prompt_digest=prompt_digest(f"prompt {step}"),
+        finished_at=HEARTBEAT,
+    )
+    for step in (1, 2)
+]
+
+
+def v2_step_body(record: StepRecord) -> str:
+    return record.model_dump_json(exclude={"prompt"})  # a field v2 did not have
+
+
+def build_sqlite_v2(path: str) -> None:
+    build_sqlite_v1(path)
+    with closing(sqlite3.connect(path, isolation_level=None)) as db:
+        db.execute("BEGIN")
+        for statement in SQLITE_V2.split(";"):
+            if statement.strip():
+                db.execute(statement)
+        db.execute("INSERT INTO meta VALUES ('store_id', ?)", (V2_STORE_ID,))
+        for step in V2_STEPS:
+            db.execute(
+                "INSERT INTO steps VALUES (?, 'wf', ?, 'chat-1', ?)",
+                (T, step.step, v2_step_body(step)),
+            )
+        db.execute("PRAGMA user_version = 2")
+        db.execute("COMMIT")
+
+
+async def build_postgres_v2(dsn: str, schema: str) -> None:
+    await build_postgres_v1(dsn, schema)
+    s = f'"{schema}"'
+    conn = await asyncpg.connect(dsn)
+    try:
+        async with conn.transaction():
+            await conn.execute(POSTGRES_V2.format(s=s))
+            await conn.execute(f"INSERT INTO {s}.meta VALUES ('store_id', $1)", V2_STORE_ID)
+            for step in V2_STEPS:
+                await conn.execute(
+                    f"INSERT INTO {s}.steps VALUES ($1, 'wf', $2, 'chat-1', $3)",
+                    T,
+                    step.step,
+                    v2_step_body(step),
+                )
+    finally:
+        await conn.close()
+
+
+async def test_a_version_2_store_migrates_keeping_its_steps(backend: Backend) -> None:
+    if backend.is_postgres:
+        await build_postgres_v2(backend.dsn, backend.location)
+    else:
+        build_sqlite_v2(backend.location)
+    assert await installed_versions(backend) == [1, 2]
+
+    stores = [backend.open() for _ in range(3)]
+    steps = await asyncio.gather(*(s.list_steps(T, "wf") for s in stores))
+    assert await installed_versions(backend) == list(range(1, SCHEMA_VERSION + 1)) == [1, 2, 3]
+    assert steps == [V2_STEPS] * 3  # v2's bodies read back, each with prompt ""
+    assert all(step.prompt == "" for step in steps[0])
+
+    store = stores[0]
+    assert await store.store_id() == V2_STORE_ID
+    assert await store.get_workflow(T, "wf") == WORKFLOW
+    assert await store.get_chat(T, "chat-1") == CHAT
+    assert await store.list_tools(T, "chat-1") == TOOLS
+
+    # The run that held epoch 3 under v2 still holds it; a step it finishes keeps its prompt.
+    fence = Fence(tenant=T, workflow_id="wf", epoch=3)
+    third = V2_STEPS[0].model_copy(
+        update={"step": 3, "prompt": "prompt 3", "prompt_digest": prompt_digest("prompt 3")}
+    )
+    await store.complete_step(fence, third)
+    assert await backend.open().get_step(T, "wf", 3) == third
+    assert [s.prompt for s in await store.list_steps(T, "wf")] == ["", "", "prompt 3"]

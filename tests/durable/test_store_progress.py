@@ -1,4 +1,5 @@
-"""Schema version 2 on both stores: finished steps, the store id, archive_at_end, commits.
+"""Schema versions 2 and 3 on both stores: finished steps (with their prompt), the store id,
+archive_at_end, commits.
 
 Every test with ``backend``/``store`` runs on SQLite and Postgres (see conftest).
 """
@@ -37,6 +38,7 @@ async def test_complete_step_writes_the_step_and_its_checkpoint(store: DurableSt
         text='the "answer"\n',
         output=output,
         verdict="recovered",
+        prompt='what is the "answer"?\n é ✓ 𝄞',
         prompt_digest="ab" * 32,
         notes=["interrupted a running turn", "adopted the finished reply"],
     )

@@ -316,6 +316,18 @@ async def test_model_config_selection(sim: Simulator) -> None:
         assert len(sim.chats()) == 1
 
 
+async def test_a_chat_created_without_a_model_carries_the_default_one(sim: Simulator) -> None:
+    async with Wire(sim) as wire:
+        configs = (await wire.http.get(f"{EXP}/model-configs")).json()
+        default = [c["id"] for c in configs if c["is_default"]]
+        assert len(default) == 1 and len(configs) > 1
+        chat = await wire.create("hi")
+        assert chat["last_model_config_id"] == default[0]
+        assert (await get_chat(wire, chat["id"]))["last_model_config_id"] == default[0]
+        listed = (await wire.http.get(V2)).json()
+        assert [c["last_model_config_id"] for c in listed] == [default[0]]
+
+
 async def test_mcp_server_selection(sim: Simulator) -> None:
     async with Wire(sim) as wire:
         known = str(sim.mcp_server_id)

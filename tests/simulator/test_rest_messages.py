@@ -322,6 +322,65 @@ async def test_queued_prompts_are_promoted_in_order(sim: Simulator) -> None:
         assert (await wire.messages(chat_id))["queued_messages"] == []
 
 
+async def model_configs(wire: Wire) -> tuple[str, str]:
+    """The default model config's id and another's."""
+    configs = (await wire.http.get(f"{EXP}/model-configs")).json()
+    default = next(c["id"] for c in configs if c["is_default"])
+    other = next(c["id"] for c in configs if not c["is_default"])
+    return default, other
+
+
+async def last_model(wire: Wire, chat_id: str) -> str | None:
+    response = await wire.http.get(f"{wire.prefix}/{chat_id}")
+    assert response.status_code == 200, response.text
+    value: str | None = response.json().get("last_model_config_id")
+    return value
+
+
+async def test_a_message_sent_with_another_model_moves_the_chat_to_it(sim: Simulator) -> None:
+    async with Wire(sim) as wire:
+        default, other = await model_configs(wire)
+        chat_id = (await wire.create("hello"))["id"]
+        await sim.wait_for_status(chat_id, "waiting")
+        assert await last_model(wire, chat_id) == default
+
+        sent = await wire.send(chat_id, "switch", model_config_id=other)
+        assert sent.status_code == 200 and sent.json()["queued"] is False, sent.text
+        assert await last_model(wire, chat_id) == other  # the turn it starts runs on it
+        await sim.wait_for_status(chat_id, "waiting")
+
+        assert (await wire.send(chat_id, "no model named")).status_code == 200
+        await sim.wait_for_status(chat_id, "waiting")
+        assert await last_model(wire, chat_id) == other  # kept, not reset to the default
+
+        expect_error(
+            await wire.send(chat_id, "unknown", model_config_id=str(uuid.uuid4())),
+            400,
+            "Invalid model config ID.",
+        )
+        assert await last_model(wire, chat_id) == other
+
+        assert (await wire.send(chat_id, "back", model_config_id=default)).status_code == 200
+        assert await last_model(wire, chat_id) == default
+
+
+async def test_a_queued_message_moves_the_chat_to_its_model_when_its_turn_starts(
+    sim: Simulator,
+) -> None:
+    async with Wire(sim) as wire:
+        default, other = await model_configs(wire)
+        chat_id = (await wire.create("busy /sleep 1"))["id"]
+        body = (await wire.send(chat_id, "later", model_config_id=other)).json()
+        assert body["queued"] is True, "the first turn must still be running"
+        assert body["queued_message"]["model_config_id"] == other
+        assert (await wire.messages(chat_id))["queued_messages"] == [body["queued_message"]]
+        assert await last_model(wire, chat_id) == default  # the running turn's model
+
+        await sim.wait_for_status(chat_id, "waiting")  # the queued prompt ran, then settled
+        assert sim.messages(chat_id)[-1].text() == 'You said: "later"'
+        assert await last_model(wire, chat_id) == other
+
+
 async def test_send_to_an_archived_chat_is_400(sim: Simulator) -> None:
     [chat] = sim.seed(1, archived=True)
     async with Wire(sim) as wire:
