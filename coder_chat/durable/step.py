@@ -50,6 +50,7 @@ from .records import (
     RecoveryReason,
     StepRecord,
     StepVerdict,
+    StepView,
     args_digest,
     prompt_digest,
     utcnow,
@@ -104,7 +105,8 @@ class _Recovered:
 
 
 async def run_step(ctx: StepContext, spec: StepSpec) -> StepResult:
-    stored = await ctx.store.get_step(ctx.tenant, ctx.workflow_id, ctx.step)
+    view = await ctx.store.get_step_view(ctx.tenant, ctx.workflow_id, ctx.step)
+    stored, workflow = view.step, view.workflow
     if stored is not None:
         check_same_prompt(stored, spec.prompt)
         ctx.report(
@@ -112,7 +114,6 @@ async def run_step(ctx: StepContext, spec: StepSpec) -> StepResult:
             "store and nothing is sent again."
         )
         return StepResult.from_record(stored, "stored")
-    workflow = await ctx.store.get_workflow(ctx.tenant, ctx.workflow_id)
     if ctx.guard is not None:
         ctx.guard.confirm_epoch(workflow.epoch if workflow else None)
     chat_id = workflow.chat_id if workflow else None
@@ -123,7 +124,7 @@ async def run_step(ctx: StepContext, spec: StepSpec) -> StepResult:
         adopted, cursor = chat_id is not None, None
     verdict: StepVerdict = "ran"
     if chat_id is not None:
-        reason = await _attempt_in_flight(ctx, chat_id, adopted)
+        reason = await _attempt_in_flight(ctx, view, chat_id, adopted)
         if reason is not None:
             ctx.report(
                 f"{ctx.name}: an earlier attempt may still be on chat {chat_id} "
@@ -161,27 +162,25 @@ def check_same_prompt(stored: StepRecord, prompt: str) -> None:
 
 
 async def _attempt_in_flight(
-    ctx: StepContext, chat_id: str, adopted: bool
+    ctx: StepContext, view: StepView, chat_id: str, adopted: bool
 ) -> RecoveryReason | None:
     """Why recovery must run before a send on ``chat_id``, or ``None`` when no attempt of
-    this step can be there."""
-    record = await ctx.store.get_chat(ctx.tenant, chat_id)
-    entry = record.journal if record else None
+    this step can be there. ``view`` is what the step read first; an adopted chat was not
+    checkpointed then, so its journal is read afresh."""
+    if adopted:
+        record = await ctx.store.get_chat(ctx.tenant, chat_id)
+        entry = record.journal if record else None
+    else:
+        entry = view.journal
     if entry is not None and entry.marker == ctx.marker:
         return entry.reason or "hard_crash"
     if adopted:
         return "hard_crash"
-    if entry is None and not await _previous_step_on(ctx, chat_id):
+    previous_step_on_it = ctx.step > 1 and view.previous_chat_id == chat_id
+    if entry is None and not previous_step_on_it:
+        # The step before did not finish on this chat, so this step may have made it.
         return "hard_crash" if await _created_with_this_step(ctx, chat_id) else None
     return None
-
-
-async def _previous_step_on(ctx: StepContext, chat_id: str) -> bool:
-    """Did the step before this one finish on ``chat_id``? Then this step did not create it."""
-    if ctx.step <= 1:
-        return False
-    previous = await ctx.store.get_step(ctx.tenant, ctx.workflow_id, ctx.step - 1)
-    return previous is not None and previous.chat_id == chat_id
 
 
 async def _complete(
