@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+from prefect.client.schemas.objects import FlowRun, State
+from prefect.states import Crashed, Suspended
 
 from coder_chat.durable.markers import chat_labels
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
+from prefect_coder.examples.refund import refund_order
 from prefect_coder.flows.durable_chat import durable_chat
 from prefect_coder.flows.orphan_sweep import orphan_sweep
 from tests.simulator.wire import Wire
@@ -74,3 +79,50 @@ async def test_a_workflow_whose_run_failed_is_never_relaunched(
     after = await store.get_workflow(tenant, "wf-failed-run")
     await store.close()
     assert after is not None and after.state == WorkflowState.FAILED
+
+
+async def a_deployed_run(workflow_id: str, state: State[Any]) -> FlowRun:
+    """A flow run of the README's own-flow example, from a deployment of it, left in
+    ``state``, its workflow begun in the store as that run's (its heartbeat now stale)."""
+    deployment_id = await (await refund_order.ato_deployment(name="shop-refunds")).aapply()
+    async with get_client() as client:
+        return await client.create_flow_run_from_deployment(
+            deployment_id,
+            parameters={"order_id": workflow_id.removeprefix("refund-"), "complaint": "late"},
+            state=state,
+        )
+
+
+async def test_a_users_own_flow_is_relaunched_from_its_deployment(
+    sim: Simulator, coder_env: Path
+) -> None:
+    run = await a_deployed_run("refund-5", Crashed())
+    store = SqliteStore(coder_env)
+    tenant = str(sim.organization_id)
+    await store.begin_run(tenant, "refund-5", deployment="shop-refunds", flow_run_id=str(run.id))
+    await store.close()
+    summary = await orphan_sweep(target_deployment="shop-refunds", stale_heartbeat_seconds=0)
+    assert summary["stranded"] == 1 and summary["relaunched"] == 1
+    async with get_client() as client:
+        runs = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                tags=FlowRunFilterTags(all_=["prefect-coder:relaunch:refund-5"])
+            )
+        )
+    [relaunched] = runs
+    assert relaunched.deployment_id == run.deployment_id
+    assert relaunched.parameters == run.parameters  # the same workflow, the same inputs
+
+
+async def test_a_paused_or_suspended_run_is_waiting_not_stranded(
+    sim: Simulator, coder_env: Path
+) -> None:
+    """Suspended between turns, a run's process is gone and its heartbeat stops: it is
+    waiting for a person, not stranded, and the sweep leaves it to be resumed."""
+    run = await a_deployed_run("refund-6", Suspended())
+    store = SqliteStore(coder_env)
+    tenant = str(sim.organization_id)
+    await store.begin_run(tenant, "refund-6", deployment="shop-refunds", flow_run_id=str(run.id))
+    await store.close()
+    summary = await orphan_sweep(target_deployment="shop-refunds", stale_heartbeat_seconds=0)
+    assert summary["stranded"] == 0 and summary["relaunched"] == 0
