@@ -33,9 +33,11 @@ class CoderCredentials(CredentialsBlock):
     _block_type_slug: ClassVar[str] = "prefect-coder-credentials"
     _description: ClassVar[str] = (
         "The address of a Coder deployment, a session token and the organization its chats "
-        "belong to: what every prefect-coder flow needs to reach Coder Agents. An empty field "
-        "falls back to the worker's environment (CODER_URL, CODER_SESSION_TOKEN, CODER_ORG_ID). "
-        "The token is a secret: it is never shown in the UI, a log line or a repr."
+        "belong to: what every prefect-coder flow needs to reach Coder Agents. An empty token "
+        "or organization falls back to the worker's environment (CODER_SESSION_TOKEN, "
+        "CODER_ORG_ID); to take all three from it, leave a flow's credentials empty instead. "
+        "The token is saved as a secret: once saved, the UI shows it only as asterisks, and "
+        "no log line, artifact or repr carries it."
     )
     _documentation_url: ClassVar[Any] = DOCS_URL
     _logo_url: ClassVar[Any] = LOGO_URL
@@ -44,7 +46,7 @@ class CoderCredentials(CredentialsBlock):
     # the block's own fields: Prefect refuses a parameter that matches both.
     base_url: str = Field(
         title="Base URL",
-        description="URL of the Coder deployment, e.g. https://coder.example.com (empty: CODER_URL).",
+        description="URL of the Coder deployment, e.g. https://coder.example.com.",
     )
     token: SecretStr = Field(
         default=SecretStr(""),

@@ -33,7 +33,7 @@ class SqliteLedger(Block):
         "Where prefect-coder keeps each workflow's checkpoint, journal, finished steps and "
         "tool ledger: one SQLite file on the worker's machine. Safe for several processes on "
         "one machine; use the Coder Postgres Ledger when workers on several machines share "
-        "the work. An empty path means PREFECT_CODER_SQLITE_PATH, or "
+        "the work. A flow given no ledger uses PREFECT_CODER_SQLITE_PATH, or "
         "~/.prefect-coder/ledger.sqlite3."
     )
     _documentation_url: ClassVar[Any] = DOCS_URL
@@ -43,7 +43,7 @@ class SqliteLedger(Block):
     # Required, so that a saved block's reference can never also read as its fields.
     path: str = Field(
         title="Path",
-        description="The SQLite file (empty: PREFECT_CODER_SQLITE_PATH or ~/.prefect-coder/ledger.sqlite3).",
+        description="The SQLite file, e.g. /var/lib/prefect-coder/ledger.sqlite3.",
     )
 
     @classmethod

@@ -48,7 +48,11 @@ from coder_chat.durable.step import StepResult, check_same_prompt
 from coder_chat.durable.store import FencedOut
 from prefect_coder.blocks import CoderCredentials
 from prefect_coder.tasks._runtime import Ledger, ToolLike, resolve_tools, run_log, with_retries
-from prefect_coder.tasks.lifecycle import end_failed_workflow, retire_workflow_chat
+from prefect_coder.tasks.lifecycle import (
+    archive_idle_chat,
+    end_failed_workflow,
+    retire_workflow_chat,
+)
 from prefect_coder.tasks.runs import (
     Progress,
     end_superseded,
@@ -324,11 +328,20 @@ class DurableChat:
         if self.owns_run and self.results:
             await publish_transcript(self.workflow_id, self._prompts, self.results)
         if run.settings.archive_at_end:
-            await with_retries(lambda: retire_workflow_chat(run, log.info))
+            await with_retries(lambda: self._archive(log))
         await finish_workflow(run, WorkflowState.FINISHED)
         if self._progress is not None:
             await self._progress.flush(finished=True)
         log.info(f"Workflow {self.workflow_id} is finished: {tally(self.results)}.")
+
+    async def _archive(self, log: LoggingAdapter) -> None:
+        """Archive the chat once: one request when this run's last turn left it idle;
+        else (no turn ran here) settle and answer it first, from the ledger."""
+        last = self.results[-1] if self.results else None
+        if last is not None and last.verdict in ("ran", "recovered", "resubmitted"):
+            await archive_idle_chat(self.run, last.chat_id, log.info)
+        else:
+            await retire_workflow_chat(self.run, log.info)
 
     async def _superseded(self, exc: FencedOut, log: LoggingAdapter) -> None:
         """A newer run holds the workflow: this one does nothing more, and says so."""

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from prefect.logging.loggers import LoggingAdapter
 
-from coder_chat import CoderError
+from coder_chat import CoderApiError, CoderError
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.retire import Retired, retire_chat
 from prefect_coder.tasks._runtime import durable_task, run_log, with_retries
@@ -40,6 +40,26 @@ async def retire_workflow_chat(run: WorkflowRun, report: Callable[[str], None]) 
     else:
         report(f"Chat {chat_id} of workflow {run.workflow_id} was left paused: {retired.detail}")
     return retired
+
+
+async def archive_idle_chat(run: WorkflowRun, chat_id: str, report: Callable[[str], None]) -> None:
+    """Archive a chat the workflow's last turn left idle: one request.
+
+    The last turn saw its run end, so there is no pause to answer and nothing to stop;
+    Coder is asked more only when the chat turns out not to be idle (a prompt that
+    landed late is running): then it is retired the whole way.
+    """
+    await run.guard("archive")
+    try:
+        await run.runtime.client.archive_chat(chat_id)
+    except CoderApiError as exc:
+        if exc.status == 400 and "already archived" in exc.message:
+            return
+        if exc.status != 409:
+            raise
+        await retire_workflow_chat(run, report)
+        return
+    report(f"Chat {chat_id} of workflow {run.workflow_id} is archived.")
 
 
 async def end_failed_workflow(run: WorkflowRun, log: LoggingAdapter) -> None:

@@ -94,3 +94,19 @@ async def test_archive_workflow_archives_once(sim: Simulator, coder_env: Path) -
     assert sim.chat(results[0].chat_id).archived
     assert await archive_workflow(workflow_id="wf-flow-5") is True  # already archived is done
     assert await archive_workflow(workflow_id="wf-never-ran") is False
+
+
+@pytest.mark.parametrize("steps", [1, 4])
+async def test_a_workflow_of_n_steps_makes_at_most_2n_plus_1_requests(
+    sim: Simulator, coder_env: Path, steps: int
+) -> None:
+    """Each turn is its send and its stream; beyond the turns, the archive at the end is
+    one request (the last turn knows the chat is idle), and nothing else is asked."""
+    prompts = [f"step {n}" for n in range(1, steps + 1)]
+    results = await durable_chat(workflow_id=f"wf-cost-{steps}", prompts=prompts)
+    assert [r.verdict for r in results] == ["ran"] * steps
+    routes = [r.route for r in sim.records.requests]
+    assert len(routes) <= 2 * steps + 1, routes
+    assert routes.count("update_chat") == 1 and sim.chat(results[0].chat_id).archived
+    assert routes.count("create_chat") + routes.count("send_message") == steps
+    assert routes.count("stream") == steps

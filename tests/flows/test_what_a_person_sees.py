@@ -180,3 +180,30 @@ async def test_a_run_of_many_workflows_names_them_in_its_name_and_every_line(
         a.key for a in artifacts if a.flow_run_id in (run_id, again_id) and a.type == "progress"
     }
     assert len(keys) == 2, keys
+
+
+async def test_a_name_a_person_gave_the_run_is_kept_and_the_log_says_what_it_is(
+    sim: Simulator, coder_env: Path
+) -> None:
+    named = durable_chat.with_options(flow_run_name="refund for Ada")
+    state = await named(workflow_id="wf-named", prompts=["hello"], return_state=True)
+    run_id = state.state_details.flow_run_id
+    assert run_id is not None
+    async with get_client() as client:
+        flow_run = await client.read_flow_run(run_id)
+        lines = [g.message for g in await run_logs(client, run_id)]
+    assert flow_run.name == "refund for Ada"
+    assert (
+        "This run keeps the name it was given, 'refund for Ada'; it is wf-named · epoch 1." in lines
+    )
+
+
+async def test_a_sweep_run_is_named_after_its_deployment_and_pass(
+    sim: Simulator, coder_env: Path
+) -> None:
+    state = await orphan_sweep(target_deployment="named", return_state=True)
+    run_id = state.state_details.flow_run_id
+    assert run_id is not None
+    async with get_client() as client:
+        flow_run = await client.read_flow_run(run_id)
+    assert re.fullmatch(r"sweep named · \d\d:\d\d:\d\d UTC", flow_run.name), flow_run.name

@@ -10,7 +10,10 @@ browser does what a person does:
    two prompts, and picks the saved block in the credentials picker;
 2. submits, and the worker runs the flow against the simulator;
 3. opens the run's page and finds the run's name, the step verdicts in its logs,
-   and the progress artifact.
+   and the progress artifact;
+4. launches durable-chats from its form with two workflows, and reads the run's name
+   (its workflows) and the log lines that each name their workflow;
+5. opens the saved block's page, where the token shows only as asterisks.
 
 Screenshots of the filled form and of the run page (logs, artifacts) are written to
 test-output/ at the repository root. Nothing outside loopback is fetched: the browser
@@ -59,7 +62,7 @@ STARTUP_TIMEOUT = 120.0
 UI_TIMEOUT_MS = 60_000
 
 pytestmark = [
-    pytest.mark.timeout(300),
+    pytest.mark.timeout(480),
     pytest.mark.skipif(
         not Path("/proc/self/stat").exists(), reason="finds a worker's process tree in /proc"
     ),
@@ -280,3 +283,73 @@ async def drive(
     await expect(page.get_by_text(done).first).to_be_visible(timeout=UI_TIMEOUT_MS)
     await screenshot(page, "ui-run-artifacts")
     clock.mark("run page checked")
+    await launch_many(page, client, ui, watch, clock)
+    await read_the_block(page, client, ui)
+
+
+async def launch_many(
+    page: Page, client: PrefectClient, ui: str, watch: list[Proc], clock: Clock
+) -> None:
+    """durable-chats from its form: two workflows of two prompts each."""
+    deployment = await client.read_deployment_by_name("durable-chats/durable-chats")
+    ids = [f"ui-many-{uuid.uuid4().hex[:6]}-{n}" for n in (1, 2)]
+    await page.goto(f"{ui}/deployments/deployment/{deployment.id}/run", timeout=UI_TIMEOUT_MS)
+    workflows = form_property(page, "workflows")
+    for count, workflow_id in enumerate(ids, start=1):
+        await workflows.get_by_role("button", name="Add item").first.click()
+        spec = workflows.locator(".schema-form-property-array-item").nth(count - 1)
+        await expect(spec).to_be_visible()
+        await form_property_in(spec, "Workflow ID").locator("textarea").fill(workflow_id)
+        prompts = form_property_in(spec, "Prompts")
+        for n, prompt in enumerate(PROMPTS, start=1):
+            await prompts.get_by_role("button", name="Add item").click()
+            await expect(prompts.locator("textarea")).to_have_count(n)
+            await prompts.locator("textarea").nth(n - 1).fill(prompt)
+    credentials = form_property(page, "credentials")
+    await credentials.get_by_role("button", name="CoderCredentials").click()
+    picker = credentials.locator("button.p-select-button__control")
+    await picker.focus()
+    await page.keyboard.press("ArrowDown")
+    await page.get_by_role("option", name=BLOCK).click(timeout=UI_TIMEOUT_MS)
+    await screenshot(page, "ui-many-form")
+    await page.get_by_role("button", name="Submit").click()
+
+    async def ended() -> FlowRun | None:
+        runs = await client.read_flow_runs(
+            deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=["durable-chats"]))
+        )
+        done = [r for r in runs if r.state is not None and r.state.is_final()]
+        return done[0] if done else None
+
+    run = await until(ended, "the durable-chats run to end", 180, watch, interval=0.5)
+    assert run.state is not None and run.state.type == StateType.COMPLETED, run.state
+    clock.mark("durable-chats completed")
+    await page.goto(f"{ui}/runs/flow-run/{run.id}", timeout=UI_TIMEOUT_MS)
+    name = f"2 workflows: {ids[0]}, {ids[1]}"
+    await expect(page.get_by_text(name, exact=True).first).to_be_visible(timeout=UI_TIMEOUT_MS)
+    for workflow_id in ids:
+        for step in range(1, len(PROMPTS) + 1):
+            line = page.get_by_text(f"{workflow_id}, step {step} of {len(PROMPTS)}: ran")
+            await expect(line.first).to_be_visible(timeout=UI_TIMEOUT_MS)
+    await screenshot(page, "ui-many-logs")
+
+
+async def read_the_block(page: Page, client: PrefectClient, ui: str) -> None:
+    """The saved credentials' page: the token is not shown, only asterisks."""
+    block = await client.read_block_document_by_name(BLOCK, "prefect-coder-credentials")
+    secret = await client.read_block_document_by_name(
+        BLOCK, "prefect-coder-credentials", include_secrets=True
+    )
+    token = str(secret.data["token"])
+    await page.goto(f"{ui}/blocks/block/{block.id}", timeout=UI_TIMEOUT_MS)
+    await expect(page.get_by_text("********").first).to_be_visible(timeout=UI_TIMEOUT_MS)
+    assert token not in await page.content()
+    await screenshot(page, "ui-block")
+
+
+def form_property_in(scope: Locator, title: str) -> Locator:
+    """A nested property's input within ``scope`` (an item of an array of objects)."""
+    label = scope.locator(
+        ".schema-form-property__label", has_text=re.compile(rf"^{title}( \(Optional\))?$")
+    )
+    return scope.locator(".schema-form-property").filter(has=label).first
