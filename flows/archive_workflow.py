@@ -1,7 +1,5 @@
 """``archive_workflow``: archive a workflow's chat, once, when it is over."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 
 from prefect import flow

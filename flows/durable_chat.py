@@ -9,8 +9,6 @@ the public API, :class:`~prefect_coder.chat.DurableChat`: your own flows can do 
 same and decide each prompt as they go.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 
 from prefect import flow

@@ -10,8 +10,6 @@ did. A run that crashes is relaunched whole by the sweep, and its finished
 workflows come back from the store.
 """
 
-from __future__ import annotations
-
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Sequence

@@ -6,8 +6,6 @@ model may then call the tool again; a sweep at least that frequent answers such
 a pause from the ledger before that happens.
 """
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from datetime import UTC, datetime
 

@@ -47,8 +47,10 @@ def run_name(workflow_id: str, epoch: int) -> str:
     return f"{workflow_id} · epoch {epoch}"
 
 
-#: Names Prefect makes up for a run (``crafty-otter``); any other name was given by a person.
-_GENERATED_NAME = re.compile(r"^[a-z]+-[a-z]+$")
+#: Names Prefect makes up for a run (``crafty-otter``), and names of ours from an earlier
+#: try of the same run (a suspended run resumes under the name it had); any other name
+#: was given by a person.
+_GENERATED_NAME = re.compile(r"^[a-z]+-[a-z]+$| · (epoch \d+|already finished)$")
 
 
 async def name_the_run(this_run: str, current_name: str, name: str, log: LoggingAdapter) -> str:
@@ -56,7 +58,7 @@ async def name_the_run(this_run: str, current_name: str, name: str, log: Logging
     log says which workflow and epoch it is. Returns the run's name."""
     if current_name == name:
         return name
-    if current_name and not _GENERATED_NAME.match(current_name):
+    if current_name and not _GENERATED_NAME.search(current_name):
         log.info(f"This run keeps the name it was given, {current_name!r}; it is {name}.")
         return current_name
     await rename(this_run, name, log)

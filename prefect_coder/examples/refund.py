@@ -1,5 +1,3 @@
-from __future__ import annotations
-
 import httpx
 from prefect import flow
 from prefect.flow_runs import apause_flow_run, asuspend_flow_run
