@@ -47,20 +47,23 @@ def run_name(workflow_id: str, epoch: int) -> str:
     return f"{workflow_id} · epoch {epoch}"
 
 
-#: Names Prefect makes up for a run (``crafty-otter``), and names of ours from an earlier
-#: try of the same run (a suspended run resumes under the name it had); any other name
-#: was given by a person.
-_GENERATED_NAME = re.compile(r"^[a-z]+-[a-z]+$| · (epoch \d+|already finished)$")
+#: Names Prefect makes up for a run (``crafty-otter``; the run form fills in ones like
+#: ``xi3-aguateca-g``), and names of ours from an earlier try of the same run (a suspended
+#: run resumes under the name it had).
+_MADE_UP = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)+$| · (epoch \d+|already finished)$")
 
 
 async def name_the_run(this_run: str, current_name: str, name: str, log: LoggingAdapter) -> str:
-    """Name this run ``name``, unless a person named it: then it keeps that name and the
-    log says which workflow and epoch it is. Returns the run's name."""
+    """Name this run ``name``: runs are found by their workflow and epoch. A name that looks
+    given by a person (nothing tells it apart from the one the run form fills in) is
+    replaced with a word in the log, never silently. Returns the run's name."""
     if current_name == name:
         return name
-    if current_name and not _GENERATED_NAME.search(current_name):
-        log.info(f"This run keeps the name it was given, {current_name!r}; it is {name}.")
-        return current_name
+    if current_name and not _MADE_UP.search(current_name):
+        log.info(
+            f"This run was named {current_name!r}; it is renamed {name!r}, after its "
+            "workflow and epoch, so that its runs are found together."
+        )
     await rename(this_run, name, log)
     return name
 

@@ -182,7 +182,7 @@ async def test_a_run_of_many_workflows_names_them_in_its_name_and_every_line(
     assert len(keys) == 2, keys
 
 
-async def test_a_name_a_person_gave_the_run_is_kept_and_the_log_says_what_it_is(
+async def test_a_name_a_person_gave_the_run_is_replaced_with_a_word(
     sim: Simulator, coder_env: Path
 ) -> None:
     named = durable_chat.with_options(flow_run_name="refund for Ada")

@@ -295,12 +295,12 @@ async def launch_many(
     ids = [f"ui-many-{uuid.uuid4().hex[:6]}-{n}" for n in (1, 2)]
     await page.goto(f"{ui}/deployments/deployment/{deployment.id}/run", timeout=UI_TIMEOUT_MS)
     workflows = form_property(page, "workflows")
-    for count, workflow_id in enumerate(ids, start=1):
-        await workflows.get_by_role("button", name="Add item").first.click()
-        spec = workflows.locator(".schema-form-property-array-item").nth(count - 1)
-        await expect(spec).to_be_visible()
-        await form_property_in(spec, "Workflow ID").locator("textarea").fill(workflow_id)
-        prompts = form_property_in(spec, "Prompts")
+    for index, workflow_id in enumerate(ids):
+        # The list's own "Add item" comes after its items (each has one for its prompts).
+        await workflows.get_by_role("button", name="Add item").last.click()
+        workflow_field = nested_property(workflows, "Workflow ID", index)
+        await workflow_field.locator("textarea").fill(workflow_id)
+        prompts = nested_property(workflows, "Prompts", index)
         for n, prompt in enumerate(PROMPTS, start=1):
             await prompts.get_by_role("button", name="Add item").click()
             await expect(prompts.locator("textarea")).to_have_count(n)
@@ -347,9 +347,13 @@ async def read_the_block(page: Page, client: PrefectClient, ui: str) -> None:
     await screenshot(page, "ui-block")
 
 
-def form_property_in(scope: Locator, title: str) -> Locator:
-    """A nested property's input within ``scope`` (an item of an array of objects)."""
+def nested_property(scope: Locator, title: str, index: int) -> Locator:
+    """The ``index``-th property titled ``title`` inside ``scope`` (a list of objects): the
+    nearest property around that label, not the item that also holds it."""
     label = scope.locator(
         ".schema-form-property__label", has_text=re.compile(rf"^{title}( \(Optional\))?$")
+    ).nth(index)
+    return label.locator(
+        "xpath=ancestor::*[contains(concat(' ', normalize-space(@class), ' '),"
+        " ' schema-form-property ')][1]"
     )
-    return scope.locator(".schema-form-property").filter(has=label).first
