@@ -192,10 +192,11 @@ async def test_a_name_a_person_gave_the_run_is_replaced_with_a_word(
     async with get_client() as client:
         flow_run = await client.read_flow_run(run_id)
         lines = [g.message for g in await run_logs(client, run_id)]
-    assert flow_run.name == "refund for Ada"
+    assert flow_run.name == "wf-named · epoch 1"
     assert (
-        "This run keeps the name it was given, 'refund for Ada'; it is wf-named · epoch 1." in lines
-    )
+        "This run was named 'refund for Ada'; it is renamed 'wf-named · epoch 1', after its "
+        "workflow and epoch, so that its runs are found together."
+    ) in lines
 
 
 async def test_a_sweep_run_is_named_after_its_deployment_and_pass(
