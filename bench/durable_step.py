@@ -67,7 +67,7 @@ from prefect_coder.tasks._runtime import (
 )
 from prefect_coder.tasks.settings import WorkflowSettings
 from prefect_coder.tasks.turns import run_turn, step_cache_key
-from prefect_coder.tasks.workflow import WorkflowRun, take_epoch
+from prefect_coder.tasks.workflow import Workflow, WorkflowRun, take_epoch
 
 WARMUP = 5
 DEFAULT_DSN = "postgresql://127.0.0.1:5432/test"
@@ -157,7 +157,7 @@ async def result_of(call: Any) -> Any:
 
 
 @dataclass
-class Workflow:
+class Measured:
     """One variant's workflow, as its run holds it, and its next step."""
 
     run: WorkflowRun
@@ -205,14 +205,11 @@ class Setup:
             WARMUP + steps,
         )
 
-    async def workflow(self, ledger: Ledger, name: str) -> Workflow:
+    async def workflow(self, ledger: Ledger, name: str) -> Measured:
         """A workflow begun as ``DurableChat`` begins one: its epoch taken, its run built."""
         workflow_id = f"bench-{name}-{uuid.uuid4().hex[:8]}"
-        rt = runtime(self.credentials, ledger)
-        fence = await take_epoch(rt, workflow_id, "local", None, self.settings)
-        run = WorkflowRun(
-            fence,
-            rt,
+        workflow = Workflow(
+            workflow_id,
             deployment="local",
             flow_run_id=None,
             credentials=self.credentials,
@@ -221,7 +218,8 @@ class Setup:
             tools=resolve_tools(()),
             expected_turns=self.steps,
         )
-        return Workflow(run)
+        rt = runtime(self.credentials, ledger)
+        return Measured(WorkflowRun(workflow, await take_epoch(rt, workflow), rt))
 
     def session(self) -> ChatSession:
         sim = self.sim
@@ -229,7 +227,7 @@ class Setup:
             base_url=sim.base_url, token=sim.token, organization_id=sim.organization_id
         )
 
-    def turn(self, wf: Workflow, how: str) -> Callable[[int], Awaitable[None]]:
+    def turn(self, wf: Measured, how: str) -> Callable[[int], Awaitable[None]]:
         """A call of ``run_turn`` (``how``: ``task``, or ``body`` for ``run_turn.fn``) or of
         the empty ``shell`` task, for the next step of ``wf``."""
 
@@ -246,7 +244,7 @@ class Setup:
         return call
 
     def step(
-        self, client: ChatClient, store: DurableStore, wf: Workflow
+        self, client: ChatClient, store: DurableStore, wf: Measured
     ) -> Callable[[int], Awaitable[None]]:
         """``run_step`` for the next step of ``wf``: the durable layer alone."""
 
@@ -281,7 +279,7 @@ async def build_variants(setup: Setup) -> list[Variant]:
     def commits(store: DurableStore) -> Callable[[], int]:
         return lambda: store.commits
 
-    async def wf(ledger: Ledger, name: str) -> Workflow:
+    async def wf(ledger: Ledger, name: str) -> Measured:
         return await setup.workflow(ledger, name)
 
     sqlite, postgres = setup.sqlite, setup.postgres

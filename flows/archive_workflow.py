@@ -10,7 +10,7 @@ from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from prefect_coder.tasks._runtime import resolve_tools, runtime
 from prefect_coder.tasks.lifecycle import archive_chat
 from prefect_coder.tasks.settings import WorkflowSettings
-from prefect_coder.tasks.workflow import WorkflowRun, finish_workflow, take_epoch
+from prefect_coder.tasks.workflow import Workflow, WorkflowRun, finish_workflow, take_epoch
 
 
 @flow(name="archive-workflow")
@@ -26,20 +26,18 @@ async def archive_workflow(
     Taking the workflow's epoch first means a run still acting for it is fenced
     out before its chat is archived. Returns whether a chat was archived.
     """
-    deployment = current_deployment.name or "local"
     settings = WorkflowSettings(allow_plain_tools=allow_plain_tools)
-    rt = runtime(credentials, ledger)
-    fence = await take_epoch(rt, workflow_id, deployment, None, settings)
-    run = WorkflowRun(
-        fence,
-        rt,
-        deployment=deployment,
+    workflow = Workflow(
+        workflow_id,
+        deployment=current_deployment.name or "local",
         flow_run_id=None,
         credentials=credentials,
         ledger=ledger,
         settings=settings,
         tools=resolve_tools(tools, allow_plain=allow_plain_tools),
     )
+    rt = runtime(credentials, ledger)
+    run = WorkflowRun(workflow, await take_epoch(rt, workflow), rt)
     archived = await archive_chat(run)
     await finish_workflow(run, WorkflowState.FINISHED)
     return archived

@@ -66,6 +66,7 @@ from prefect_coder.tasks.settings import WorkflowSettings
 from prefect_coder.tasks.turns import VERDICT_WORDS, run_turn, step_line
 from prefect_coder.tasks.workflow import (
     Began,
+    Workflow,
     WorkflowRun,
     begin_workflow,
     finish_workflow,
@@ -172,15 +173,17 @@ class DurableChat:
         log = _log()
         tools = self._tools_or_none(log)
         began = self._began = await begin_workflow(
-            self.workflow_id,
-            deployment=current_deployment.name or "local",
-            flow_run_id=current_flow_run.id,
-            credentials=self.credentials,
-            ledger=self.ledger,
-            settings=self.settings,
-            tools=tools or StepTools(),
-            expected_turns=self.expected_turns,
-            shares_run=not self.owns_run,
+            Workflow(
+                self.workflow_id,
+                deployment=current_deployment.name or "local",
+                flow_run_id=current_flow_run.id,
+                credentials=self.credentials,
+                ledger=self.ledger,
+                settings=self.settings,
+                tools=tools or StepTools(),
+                expected_turns=self.expected_turns,
+                shares_run=not self.owns_run,
+            )
         )
         if began.replay:
             log.info(
@@ -290,10 +293,7 @@ class DurableChat:
                 "and archived its chat, so it takes no more turns; use a new workflow id"
             )
         run = began.run
-        run.fence = await take_epoch(
-            run.runtime, run.workflow_id, run.deployment, run.flow_run_id, run.settings
-        )
-        run.guard.fence = run.fence
+        run.fence = run.guard.fence = await take_epoch(run.runtime, run.workflow)
         began.replay = False
         await self._started(_log())
 

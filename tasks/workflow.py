@@ -27,59 +27,67 @@ from prefect_coder.tasks._runtime import Ledger, Runtime, runtime, with_retries
 from prefect_coder.tasks.settings import WorkflowSettings
 
 
-class WorkflowRun:
-    """One workflow, as the flow run that holds its epoch acts for it."""
+@dataclass(frozen=True)
+class Workflow:
+    """A workflow as a flow describes it: who it is, where it runs, how its turns run."""
 
-    __slots__ = (
-        "credentials",
-        "deployment",
-        "expected_turns",
-        "fence",
-        "flow_run_id",
-        "guard",
-        "ledger",
-        "runtime",
-        "settings",
-        "setup",
-        "shares_run",
-        "tools",
-    )
+    workflow_id: str
+    deployment: str
+    flow_run_id: str | None
+    credentials: CoderCredentials | None
+    ledger: Ledger | None
+    settings: WorkflowSettings
+    tools: StepTools
+    #: How many turns the flow means to take, when it knows (for names and progress).
+    expected_turns: int | None = None
+    #: Whether the flow run holds other workflows too (then every line names this one).
+    shares_run: bool = False
 
-    def __init__(
-        self,
-        fence: Fence,
-        rt: Runtime,
-        *,
-        deployment: str,
-        flow_run_id: str | None,
-        credentials: CoderCredentials | None,
-        ledger: Ledger | None,
-        settings: WorkflowSettings,
-        tools: StepTools,
-        expected_turns: int | None = None,
-        shares_run: bool = False,
-    ) -> None:
-        self.fence = fence
-        self.runtime = rt
-        self.deployment = deployment
-        self.flow_run_id = flow_run_id
-        self.credentials = credentials
-        self.ledger = ledger
-        self.settings = settings
-        self.tools = tools
-        #: How many turns the flow means to take, when it knows (for names and progress).
-        self.expected_turns = expected_turns
-        #: Whether the flow run holds other workflows too (then every line names this one).
-        self.shares_run = shares_run
-        self.setup = ChatSetup(
-            deployment=deployment,
+    def setup(self) -> ChatSetup:
+        """How its chat is made (once, by its first step)."""
+        settings = self.settings
+        return ChatSetup(
+            deployment=self.deployment,
             system_prompt=settings.system_prompt or None,
             model=settings.model or None,
             workspace_id=settings.workspace_id or None,
             mcp_server_ids=tuple(settings.mcp_server_ids),
             structured_output=True,
         )
+
+
+class WorkflowRun:
+    """One workflow, as the flow run that holds its epoch acts for it: the one object every
+    task takes (a plain class, so that Prefect never walks or hashes it as a parameter)."""
+
+    __slots__ = ("fence", "guard", "runtime", "setup", "workflow")
+
+    def __init__(self, workflow: Workflow, fence: Fence, rt: Runtime) -> None:
+        self.workflow = workflow
+        self.fence = fence
+        self.runtime = rt
+        self.setup = workflow.setup()
         self.guard = FenceGuard(rt.store, fence)
+
+    @property
+    def settings(self) -> WorkflowSettings:
+        return self.workflow.settings
+
+    @property
+    def tools(self) -> StepTools:
+        return self.workflow.tools
+
+    @property
+    def deployment(self) -> str:
+        return self.workflow.deployment
+
+    @property
+    def flow_run_id(self) -> str | None:
+        return self.workflow.flow_run_id
+
+    @property
+    def expected_turns(self) -> int | None:
+        return self.workflow.expected_turns
 
     def __repr__(self) -> str:
         return f"WorkflowRun({self.workflow_id!r}, epoch={self.epoch})"
@@ -103,7 +111,7 @@ class WorkflowRun:
 
     def step_title(self, step: int) -> str:
         """``Step 2 of 3``; in a flow run of many workflows, ``trip-7, step 2 of 3``."""
-        if self.shares_run:
+        if self.workflow.shares_run:
             return f"{self.workflow_id}, step {step}{self.of_turns}"
         return f"Step {step}{self.of_turns}"
 
@@ -142,60 +150,30 @@ class Began:
     before: WorkflowRecord | None = None
 
 
-async def begin_workflow(
-    workflow_id: str,
-    *,
-    deployment: str,
-    flow_run_id: str | None,
-    credentials: CoderCredentials | None,
-    ledger: Ledger | None,
-    settings: WorkflowSettings,
-    tools: StepTools,
-    expected_turns: int | None = None,
-    shares_run: bool = False,
-) -> Began:
+async def begin_workflow(workflow: Workflow) -> Began:
     """Take the workflow's next epoch, or replay it when it finished earlier."""
-    rt = runtime(credentials, ledger)
-    before = await with_retries(lambda: rt.store.get_workflow(rt.tenant, workflow_id))
-
-    def holding(fence: Fence) -> WorkflowRun:
-        return WorkflowRun(
-            fence,
-            rt,
-            deployment=deployment,
-            flow_run_id=flow_run_id,
-            credentials=credentials,
-            ledger=ledger,
-            settings=settings,
-            tools=tools,
-            expected_turns=expected_turns,
-            shares_run=shares_run,
-        )
-
+    rt = runtime(workflow.credentials, workflow.ledger)
+    wid = workflow.workflow_id
+    before = await with_retries(lambda: rt.store.get_workflow(rt.tenant, wid))
     if before is not None and before.state == WorkflowState.FINISHED:
-        fence = Fence(tenant=rt.tenant, workflow_id=workflow_id, epoch=before.epoch)
-        return Began(holding(fence), True, await _stored(rt, workflow_id), before=before)
-    fence = await take_epoch(rt, workflow_id, deployment, flow_run_id, settings)
-    stored = await _stored(rt, workflow_id) if before is not None else {}
+        fence = Fence(tenant=rt.tenant, workflow_id=wid, epoch=before.epoch)
+        run = WorkflowRun(workflow, fence, rt)
+        return Began(run, True, await _stored(rt, wid), before=before)
+    run = WorkflowRun(workflow, await take_epoch(rt, workflow), rt)
+    stored = await _stored(rt, wid) if before is not None else {}
     previous = before.flow_run_id if before and before.state == WorkflowState.RUNNING else None
-    return Began(holding(fence), False, stored, previous, before)
+    return Began(run, False, stored, previous, before)
 
 
-async def take_epoch(
-    rt: Runtime,
-    workflow_id: str,
-    deployment: str,
-    flow_run_id: str | None,
-    settings: WorkflowSettings,
-) -> Fence:
+async def take_epoch(rt: Runtime, workflow: Workflow) -> Fence:
     """The workflow's next epoch: from now on only this run may act for it."""
     return await with_retries(
         lambda: rt.store.begin_run(
             rt.tenant,
-            workflow_id,
-            deployment=deployment,
-            flow_run_id=flow_run_id,
-            archive_at_end=settings.archive_at_end,
+            workflow.workflow_id,
+            deployment=workflow.deployment,
+            flow_run_id=workflow.flow_run_id,
+            archive_at_end=workflow.settings.archive_at_end,
         )
     )
 

@@ -15,7 +15,7 @@ import os
 import re
 import signal
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -119,6 +119,19 @@ class Processes:
         return "\n".join(
             f"\n===== {p.name} (exit {p.proc.returncode}) =====\n{p.tail()}" for p in self.started
         )
+
+
+@contextlib.asynccontextmanager
+async def managed_processes(root: Path) -> AsyncIterator[Processes]:
+    """The processes of one test: printed with their output if it fails, killed at its end."""
+    procs = Processes(root)
+    try:
+        yield procs
+    except BaseException:
+        print(procs.diagnostics())
+        raise
+    finally:
+        await procs.close()
 
 
 async def wait_for_line(proc: Proc, pattern: str, timeout: float) -> re.Match[str]:

@@ -30,7 +30,14 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import StateType
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
-from tests.integration.procs import Proc, Processes, clean_env, free_port, wait_for_line
+from tests.integration.procs import (
+    Proc,
+    Processes,
+    clean_env,
+    free_port,
+    managed_processes,
+    wait_for_line,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT = 240.0
@@ -117,14 +124,8 @@ def fresh_env(tmp: Path, venv: Path, port: int) -> dict[str, str]:
 async def test_the_wheel_serves_a_project_with_its_own_flows_tasks_and_blocks(
     tmp_path: Path,
 ) -> None:
-    procs = Processes(tmp_path)
-    try:
+    async with managed_processes(tmp_path) as procs:
         await scenario(procs, tmp_path)
-    except BaseException:
-        print(procs.diagnostics())
-        raise
-    finally:
-        await procs.close()
 
 
 async def scenario(procs: Processes, tmp: Path) -> None:

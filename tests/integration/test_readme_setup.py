@@ -57,6 +57,7 @@ from tests.integration.procs import (
     clean_env,
     free_port,
     http_ok,
+    managed_processes,
     wait_for_line,
 )
 
@@ -229,14 +230,8 @@ class Terminals:
 async def test_readme_setup_reaches_a_worker_that_completes_a_durable_chat(
     tmp_path: Path,
 ) -> None:
-    procs = Processes(tmp_path)
-    try:
+    async with managed_processes(tmp_path) as procs:
         await scenario(procs, tmp_path)
-    except BaseException:
-        print(procs.diagnostics())
-        raise
-    finally:
-        await procs.close()
 
 
 async def scenario(procs: Processes, tmp: Path) -> None:

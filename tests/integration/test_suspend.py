@@ -28,7 +28,7 @@ from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
 from prefect_coder.payments import Ledger, serve_payments
 from tests.flows.test_own_flows import script_refund, user_prompts
-from tests.integration.procs import Processes, clean_env, until, wait_for_line
+from tests.integration.procs import Processes, clean_env, managed_processes, until, wait_for_line
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVE = "from prefect_coder.examples.refund import refund_order; refund_order.serve(name='refunds')"
@@ -59,8 +59,7 @@ async def test_a_suspended_run_resumes_in_another_process_at_its_next_step(
         "PYTHONUNBUFFERED": "1",
     }
     script_refund(sim, "11", 30_000)
-    procs = Processes(tmp_path)
-    try:
+    async with managed_processes(tmp_path) as procs:
         runner = await procs.start("runner", sys.executable, "-c", SERVE, env=env, cwd=ROOT)
         await wait_for_line(runner, "refunds", 180)
         run = await launch(suspend=True)
@@ -70,11 +69,6 @@ async def test_a_suspended_run_resumes_in_another_process_at_its_next_step(
         assert user_prompts(sim, "[refund-11/step-2]") == 0 and not ledger.applied
         await aresume_flow_run(run.id, run_input={"approved": True})
         done = await state_of(run.id, StateType.COMPLETED, procs)
-    except BaseException:
-        print(procs.diagnostics())
-        raise
-    finally:
-        await procs.close()
     assert done.name == "refund-11 · epoch 2"  # begun again, by the resumed run's process
     assert user_prompts(sim, "[refund-11/step-1]") == 1  # replayed from the store, not sent
     assert user_prompts(sim, "[refund-11/step-2]") == 1

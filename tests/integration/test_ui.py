@@ -48,6 +48,7 @@ from tests.integration.procs import (
     clean_env,
     free_port,
     http_ok,
+    managed_processes,
     until,
     wait_for_line,
 )
@@ -72,14 +73,8 @@ pytestmark = [
 async def test_launch_durable_chat_from_the_ui_and_read_the_run(tmp_path: Path) -> None:
     browser_path = require_chromium()
     clear_screenshots("ui-")
-    procs = Processes(tmp_path)
-    try:
+    async with managed_processes(tmp_path) as procs:
         await scenario(procs, tmp_path, browser_path)
-    except BaseException:
-        print(procs.diagnostics())
-        raise
-    finally:
-        await procs.close()
 
 
 @dataclass
