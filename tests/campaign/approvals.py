@@ -32,7 +32,7 @@ from prefect.flow_runs import aresume_flow_run
 
 from coder_chat.durable.records import utcnow
 
-POLL = 0.2
+POLL = 0.5
 
 
 @dataclass
