@@ -23,8 +23,10 @@ REASON = "as the customer wrote"
 COMPLAINTS = ("It arrived broken", "Never arrived", "Wrong size", "Scratched", "Dented")
 #: The person approves this often when asked.
 APPROVALS = 0.6
-#: Prefect looks at a paused run every 10 s: a run that asks a person lasts about as long.
+#: How long after its start a run may be killed: one that asks a person lasts 10 s more
+#: (Prefect looks at a paused run every 10 s), one that does not, a few seconds.
 MOMENT_RANGE = 14.0
+SHORT_MOMENT_RANGE = 5.0
 
 
 def plan_answer(case: RefundCase) -> dict[str, Any]:
@@ -96,7 +98,8 @@ def draw_refund_kill(rng: Random, case: RefundCase, run: int) -> Kill:
     weights = [0.3, 0.25, 0.3 if case.refunds else 0.0, 0.25 if case.asks else 0.0]
     kind = rng.choices(kinds, weights=weights)[0]
     if kind == "moment":
-        return Kill("moment", delay=round(rng.uniform(0.0, MOMENT_RANGE), 2))
+        top = MOMENT_RANGE if case.asks else SHORT_MOMENT_RANGE
+        return Kill("moment", delay=round(rng.uniform(0.0, top), 2))
     if kind == "in-tool":
         return Kill("in-tool", nth=1, phase=rng.choice(("before", "after")))
     if kind == "paused":
