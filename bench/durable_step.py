@@ -64,9 +64,9 @@ from prefect_coder.tasks._runtime import (
     retry_if_transient,
     run_log,
     runtime,
-    step_cache_key,
 )
 from prefect_coder.tasks.settings import WorkflowSettings
+from prefect_coder.tasks.turns import step_cache_key
 
 WARMUP = 5
 DEFAULT_DSN = "postgresql://127.0.0.1:5432/test"
