@@ -6,8 +6,12 @@ of 3 to 5 random steps in real child processes (:mod:`tests.crash.lab`), arms 0 
 random moments or inside a durable tool, re-runs until the workflow completes,
 sweeps once, and checks every invariant of DESIGN.md against ground truth
 (:mod:`.checks`). Variants: SQLite, Postgres restarted mid-run, re-runs on a
-second machine, two workflows at once.
+second machine, two workflows at once, and (a fifth of the schedules) the README's
+own flow ``refund_order`` with a random amount, a person answering its paused
+runs through Prefect's API, and kills during the pause and inside its refund
+(:mod:`.refunds`, :mod:`.approvals`).
 
     python -m tests.campaign --count 40 --seed 7 --parallel 3
     python -m tests.campaign --seed 7 --only 12 --variant second-machine   # replay one
+    python -m tests.campaign --count 20 --seed 7 --variant refund          # refund flows only
 """

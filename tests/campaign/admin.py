@@ -45,6 +45,10 @@ class Admin:
         else:
             await self._call("POST", f"/faults/{knob.kind}", knob.payload)
 
+    async def script(self, when: str, then: str) -> None:
+        """Answer every prompt containing ``when`` as if the directives ``then`` were in it."""
+        await self._call("POST", "/scripts", {"when": when, "then": then})
+
     async def hold_send(self, chat_id: str) -> None:
         """Hold the chat's next send before it commits, until released or dropped."""
         body = {"route": "send_message", "phase": "before", "chat_id": chat_id}

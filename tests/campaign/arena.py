@@ -16,8 +16,10 @@ from coder_chat.simulator import Simulator
 from tests.crash.lab import CHARGE_CARD, CrashLab
 
 from .admin import Admin
+from .approvals import Approver
 from .gate import ChargeGate
 from .plan import Schedule, WorkflowPlan
+from .refunds import params_of
 from .stores import StoreSite
 from .truth import StatusLog
 
@@ -47,6 +49,10 @@ class Arena:
     go_times: list[float] = field(default_factory=list)
     #: Set once every workflow has ended.
     finished: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Who answers each refund workflow's pauses, by workflow id.
+    approvers: dict[str, Approver] = field(default_factory=dict)
+    #: The chats that were archived when the workflows had ended, before the sweep.
+    archived_before_sweep: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         # Prefect creates its home folder, but not the folders above it.
@@ -61,8 +67,14 @@ class Arena:
         return str(self.sim.organization_id)
 
     def params(self, plan: WorkflowPlan) -> dict[str, Any]:
-        """``durable_chat``'s parameters for every run of ``plan``."""
-        params: dict[str, Any] = {
+        """The child's parameters for every run of ``plan``: ``durable_chat``'s, or the
+        refund flow's."""
+        if plan.refund is not None:
+            params = params_of(plan.refund)
+            if self.site.ledger_block:
+                params["ledger"] = self.site.ledger_block
+            return params
+        params = {
             "workflow_id": plan.workflow_id,
             "prompts": plan.prompts,
             "tools": [CHARGE_CARD],

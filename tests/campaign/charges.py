@@ -45,9 +45,12 @@ def receipt_for(
 
 
 def check_charges(sim: Simulator, payments: Ledger) -> Findings:
-    """A logical call booked under two keys was charged twice. (One key applied twice
-    cannot happen here: the payments fake honours its keys, as a real one would.)"""
+    """A logical call booked under two keys was charged twice; so was one key applied
+    twice (the payments fake honours its keys, as a real one would: never, unless it broke)."""
     findings = Findings()
+    for key, count in sorted(payments.applied.items()):
+        if count != 1:
+            findings.add("double charges", f"key {key} applied {count} times")
     for (workflow_id, step, amount), keys in sorted(logical_calls(sim, payments).items(), key=str):
         if len(keys) > 1:
             findings.add(

@@ -9,16 +9,24 @@ from .arena import Arena
 from .charges import check_charges
 from .drive import WorkflowOutcome
 from .leaks import leaking, schedule_places
+from .own_flows import check_archived_at_end, check_returned, check_unplanned, stored_results
 from .resends import check_resends
 from .results import check_results
 from .verdicts import Findings
 
 
 async def check_schedule(arena: Arena, outcomes: list[WorkflowOutcome]) -> Findings:
-    findings = check_charges(arena.sim, arena.lab.payments)
+    sim, payments = arena.sim, arena.lab.payments
+    findings = check_charges(sim, payments)
+    findings.merge(check_unplanned(sim, payments, [o.plan for o in outcomes]))
     for outcome in outcomes:
-        findings.merge(check_results(arena.sim, arena.lab.payments, outcome, arena.statuses))
-        findings.merge(check_resends(arena.sim, outcome, arena.statuses))
+        if outcome.plan.refund is not None and outcome.returned is not None:
+            wf = outcome.plan.workflow_id
+            outcome.results = await stored_results(arena.store, arena.tenant, wf)
+            findings.merge(check_returned(outcome))
+        findings.merge(check_results(sim, payments, outcome, arena.statuses))
+        findings.merge(check_resends(sim, outcome, arena.statuses))
+        findings.merge(check_archived_at_end(outcome, arena.archived_before_sweep))
     findings.merge(check_orphans(arena.sim, [o.plan.workflow_id for o in outcomes]))
     findings.merge(check_leaks(await schedule_places(arena), arena.sim.token))
     return findings

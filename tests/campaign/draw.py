@@ -1,9 +1,11 @@
 """Deriving a schedule from ``(seed, index)`` alone, so ``--seed S --only I`` replays it.
 
-The variant comes from its own random stream, and everything else is drawn for
-every variant alike (a second workflow, Postgres restart times) and kept only
-where the variant uses it: a schedule replayed with ``--variant V`` is the same
-schedule whatever other variants the first campaign allowed.
+The variant comes from its own random streams (first whether the schedule runs the
+README's refund flow, a share of them; else which ``durable_chat`` variant), and
+everything else is drawn for every variant alike (a second workflow, Postgres
+restart times) and kept only where the variant uses it: a schedule replayed with
+``--variant V`` is the same schedule whatever other variants the first campaign
+allowed. A refund schedule draws from a stream of its own.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from .plan import (
     Kill,
     Knob,
     PgRestart,
+    RefundCase,
     Schedule,
     Step,
     StepKind,
@@ -24,6 +27,7 @@ from .plan import (
     WorkflowPlan,
     prompt_json,
 )
+from .refunds import draw_case, draw_refund_kill, steps_of
 
 STEP_WEIGHTS: dict[StepKind, float] = {
     "plain": 2,
@@ -60,13 +64,21 @@ CUT_ROUTES = (
 DELAY_ROUTES = ("send_message", "tool_results")
 STATUSES = (500, 502, 503, 504, 429)
 DOUBLE_CRASH = 0.25
+#: The share of schedules that run the README's refund flow (when that variant is allowed).
+REFUND_SHARE = 0.2
+#: A refund's failed or cut send would keep the example's 300 s commit horizon (it takes
+#: no settings): its relaunch would wait five minutes. Its knobs leave sends alone.
+REFUND_FAIL_ROUTES = tuple(r for r in FAIL_ROUTES if r != "send_message")
+REFUND_CUT_ROUTES = tuple(r for r in CUT_ROUTES if r != "send_message")
 #: Requests the knobs of one schedule may fail in all: a task makes 3 attempts (2 retries),
 #: and more failures than that in a row exhaust them by design, not by a bug.
 FAILURE_BUDGET = 2
 
 
 def derive(seed: int, index: int, variants: Sequence[Variant] = VARIANTS) -> Schedule:
-    variant = Random(f"{seed}:{index}:variant").choice(sorted(variants))
+    variant = draw_variant(seed, index, variants)
+    if variant == "refund":
+        return draw_refund_schedule(seed, index)
     rng = Random(f"{seed}:{index}")
     first = draw_workflow(rng, f"wf-{seed}-{index}-a")
     second = draw_workflow(rng, f"wf-{seed}-{index}-b")
@@ -80,6 +92,31 @@ def derive(seed: int, index: int, variants: Sequence[Variant] = VARIANTS) -> Sch
         knobs,
         restarts if variant == "postgres" else (),
     )
+
+
+def draw_variant(seed: int, index: int, variants: Sequence[Variant]) -> Variant:
+    others = sorted(v for v in variants if v != "refund")
+    if "refund" in variants and (
+        not others or Random(f"{seed}:{index}:flow").random() < REFUND_SHARE
+    ):
+        return "refund"
+    return Random(f"{seed}:{index}:variant").choice(others)
+
+
+def draw_refund_schedule(seed: int, index: int) -> Schedule:
+    """The README's refund flow: a random amount and answer, one or two kills, knobs."""
+    rng = Random(f"{seed}:{index}:refund")
+    case = draw_case(rng, f"{seed}-{index}")
+    kills = [draw_refund_kill(rng, case, run=1)]
+    if rng.random() < DOUBLE_CRASH:
+        kills.append(draw_refund_kill(rng, case, run=2))
+    plan = refund_plan(case, tuple(kills))
+    knobs = draw_knobs(rng, len(plan.steps), REFUND_FAIL_ROUTES, REFUND_CUT_ROUTES)
+    return Schedule(seed, index, "refund", (plan,), knobs)
+
+
+def refund_plan(case: RefundCase, kills: tuple[Kill, ...]) -> WorkflowPlan:
+    return WorkflowPlan(case.workflow_id, steps_of(case), kills, refund=case)
 
 
 # -- steps ---------------------------------------------------------------------------------------
@@ -152,11 +189,16 @@ def draw_knob_count(rng: Random) -> int:
     return rng.choices([0, 1, 2, 3], weights=[0.2, 0.35, 0.3, 0.15])[0]
 
 
-def draw_knobs(rng: Random, steps: int) -> tuple[Knob, ...]:
+def draw_knobs(
+    rng: Random,
+    steps: int,
+    fail_routes: Sequence[str] = FAIL_ROUTES,
+    cut_routes: Sequence[str] = CUT_ROUTES,
+) -> tuple[Knob, ...]:
     """0 to 3 knobs whose failed requests, all together, stay within one task's retries."""
     knobs, budget = [], FAILURE_BUDGET
     for _ in range(draw_knob_count(rng)):
-        knob = draw_knob(rng, steps, budget)
+        knob = draw_knob(rng, steps, budget, fail_routes, cut_routes)
         budget -= failures(knob)
         knobs.append(knob)
     return tuple(knobs)
@@ -167,7 +209,13 @@ def failures(knob: Knob) -> int:
     return int(knob.payload.get("count", 1)) if knob.kind in ("fail", "cut") else 0
 
 
-def draw_knob(rng: Random, steps: int, budget: int = FAILURE_BUDGET) -> Knob:
+def draw_knob(
+    rng: Random,
+    steps: int,
+    budget: int = FAILURE_BUDGET,
+    fail_routes: Sequence[str] = FAIL_ROUTES,
+    cut_routes: Sequence[str] = CUT_ROUTES,
+) -> Knob:
     """A transient fault within what the durable contract promises to survive."""
     kinds = ["delay", "stream-drop", "withhold-action", "retry-generation", "deadline"]
     kind = rng.choice(["fail", "cut", *kinds] if budget > 0 else kinds)
@@ -175,12 +223,12 @@ def draw_knob(rng: Random, steps: int, budget: int = FAILURE_BUDGET) -> Knob:
     body: dict[str, Any]
     if kind == "fail":
         body = {
-            "route": rng.choice(FAIL_ROUTES),
+            "route": rng.choice(fail_routes),
             "status": rng.choice(STATUSES),
             "count": rng.randint(1, min(2, budget)),
         }
     elif kind == "cut":
-        body = {"route": rng.choice(CUT_ROUTES), "phase": rng.choice(("before", "after"))}
+        body = {"route": rng.choice(cut_routes), "phase": rng.choice(("before", "after"))}
     elif kind == "delay":
         body = {"route": rng.choice(DELAY_ROUTES), "seconds": round(rng.uniform(0.2, 2.0), 2)}
     elif kind == "stream-drop":

@@ -13,7 +13,7 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.crash.lab import Child
+from tests.crash.lab import Child, Returned
 
 from .arena import Arena
 from .kills import InFlight, Trigger, in_flight
@@ -22,6 +22,9 @@ from .truth import prompts
 
 #: How long a run may take before it is taken for hung (killed, and counted failed).
 RUN_TIMEOUT = 150.0
+#: A refund run's: the example takes no settings, so a send it had in flight at a
+#: crash keeps its 300 s commit horizon, which the next run sleeps out.
+REFUND_RUN_TIMEOUT = 420.0
 
 
 @dataclass
@@ -32,7 +35,8 @@ class RunRecord:
     exit_code: int | None = None
     seconds: float = 0.0
     in_flight: InFlight | None = None
-    results: list[dict[str, Any]] | None = None
+    #: What the run's flow returned, when it completed.
+    returned: Returned | None = None
     note: str = ""
     #: Whether it failed on the Prefect API itself, and whether its flow run had begun.
     api_trouble: bool = False
@@ -41,7 +45,7 @@ class RunRecord:
     def describe(self) -> str:
         if self.killed:
             outcome = f"killed ({self.kill.describe() if self.kill else '?'})"
-        elif self.results is not None:
+        elif self.returned is not None:
             outcome = "completed"
         else:
             outcome = f"exited {self.exit_code}"
@@ -54,7 +58,11 @@ class RunRecord:
 class WorkflowOutcome:
     plan: WorkflowPlan
     runs: list[RunRecord] = field(default_factory=list)
+    #: Every step's result (``durable_chat`` returns them; a user's own flow's come from
+    #: the store once it completed), or ``None`` when no run completed the workflow.
     results: list[dict[str, Any]] | None = None
+    #: What the completing run's flow returned.
+    returned: Returned | None = None
 
     @property
     def in_flight(self) -> list[InFlight]:
@@ -95,7 +103,9 @@ async def drive(arena: Arena, children: Children) -> WorkflowOutcome:
         kill = plan.kills[number - 1] if number <= len(plan.kills) else None
         record = await run_once(arena, plan, await children.take(number), kill, number)
         outcome.runs.append(record)
-        outcome.results = record.results
+        outcome.returned = record.returned
+        if record.returned is not None and plan.refund is None:
+            outcome.results = record.returned.value
         if record.killed or unstarted(record, outcome):
             continue
         return outcome
@@ -123,6 +133,8 @@ async def run_once(
     await arena.lab.ready(child)
     arena.gate.new_run(wf)
     trigger = Trigger(arena, wf, kill, len(prompts(arena.sim, wf))) if kill else None
+    if trigger is not None:
+        trigger.prime()
     started = loop.time()
     arena.lab.go(child)
     if plan is arena.schedule.workflows[0]:
@@ -131,7 +143,8 @@ async def run_once(
     reached = asyncio.ensure_future(trigger.reached()) if trigger else None
     try:
         waiting = [f for f in (exited, reached) if f is not None]
-        await asyncio.wait(waiting, timeout=RUN_TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
+        timeout = RUN_TIMEOUT if plan.refund is None else REFUND_RUN_TIMEOUT
+        await asyncio.wait(waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         if trigger is not None and reached is not None and reached.done() and child.running:
             reached.result()  # a trigger that broke is the harness's fault: say so
             await _kill(arena, trigger, child, record)
@@ -140,7 +153,7 @@ async def run_once(
                 await trigger.disarm()
             if child.running:
                 await arena.lab.crash(child)
-                record.note = f"hung for {RUN_TIMEOUT:.0f}s"
+                record.note = f"hung for {timeout:.0f}s"
     finally:
         if reached is not None and not reached.done():
             reached.cancel()
@@ -152,12 +165,12 @@ async def run_once(
 
 
 def conclude(record: RunRecord, child: Child) -> RunRecord:
-    """What the run's end says: its results, or why it failed (a run that finished just
-    as it was killed counts as completed)."""
+    """What the run's end says: what its flow returned, or why it failed (a run that
+    finished just as it was killed counts as completed)."""
     if record.exit_code == 0:
-        record.results = child.results()
-        record.killed = record.killed and record.results is None
-    if not record.killed and record.results is None:
+        record.returned = child.returned()
+        record.killed = record.killed and record.returned is None
+    if not record.killed and record.returned is None:
         record.note = record.note or failure_of(child)
         record.api_trouble = "PrefectHTTPStatusError" in record.note
         record.began = "Beginning flow run" in child.stderr.read_text(errors="replace")

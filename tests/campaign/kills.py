@@ -1,6 +1,7 @@
 """When to SIGKILL a run: a trigger per kill kind, reached through peers only.
 
-A trigger's ``reached()`` returns at the kill moment (the caller races it against
+``prime()`` arms what must be armed before the run is let go (a pause to hold);
+a trigger's ``reached()`` returns at the kill moment (the caller races it against
 the child's exit); ``after_kill()`` lets held requests go on once the process is
 dead; ``disarm()`` undoes what an unreached trigger armed.
 """
@@ -11,9 +12,12 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 from datetime import datetime
+from uuid import UUID
 
 from coder_chat.durable.markers import LABEL_WORKFLOW
+from coder_chat.durable.store import DurableStore
 from coder_chat.errors import CoderStoreError
+from coder_chat.simulator import Simulator
 from coder_chat.simulator.state import Message
 
 from .arena import REQUEST_TIMEOUT, Arena
@@ -56,6 +60,12 @@ class Trigger:
     target: ChargeTarget | None = None
     held_send: int | None = None
     armed: bool = False
+    #: The flow run whose pause for a person is held (a ``paused`` kill).
+    paused_run: UUID | None = None
+
+    def prime(self) -> None:
+        if self.kill.kind == "paused":
+            self.arena.approvers[self.workflow_id].hold()
 
     async def reached(self) -> None:
         kind, kill = self.kill.kind, self.kill
@@ -67,6 +77,8 @@ class Trigger:
         elif kind == "in-tool":
             self.target = self.arena.gate.aim(self.workflow_id, kill.nth, kill.phase)
             await self.target.reached.wait()
+        elif kind == "paused":
+            self.paused_run = await self.arena.approvers[self.workflow_id].held()
         else:
             await self._hold_next_send()
 
@@ -87,6 +99,8 @@ class Trigger:
     def after_kill(self, journaled: InFlight | None) -> None:
         if self.target is not None:
             self.arena.gate.settle(self.target)
+        if self.kill.kind == "paused":
+            self.arena.approvers[self.workflow_id].let_go(dead=self.paused_run)
         if self.held_send is not None:
             marker = journaled.marker if journaled else None
             late = self._release_late(self.held_send, marker)
@@ -104,6 +118,8 @@ class Trigger:
         """The run ended before the kill: take back what the trigger armed."""
         if self.target is not None:
             self.arena.gate.settle(self.target)
+        if self.kill.kind == "paused":
+            self.arena.approvers[self.workflow_id].let_go()
         if self.armed and self.held_send is None:
             # The admin routes remove rules only all at once: the schedule's remaining
             # knobs go with this one (noted).
@@ -125,22 +141,25 @@ async def in_flight(arena: Arena, workflow_id: str) -> InFlight | None:
     """Read the journal as the dead process left it (retrying a restarting store)."""
     for _ in range(40):
         try:
-            return await _read_in_flight(arena, workflow_id)
+            return await read_in_flight(arena.sim, arena.store, arena.tenant, workflow_id)
         except CoderStoreError:
             await asyncio.sleep(0.25)
     arena.notes.append(f"{workflow_id}: the journal could not be read after a kill")
     return None
 
 
-async def _read_in_flight(arena: Arena, workflow_id: str) -> InFlight | None:
-    chats = [c for c in arena.sim.chats() if c.labels.get(LABEL_WORKFLOW) == workflow_id]
+async def read_in_flight(
+    sim: Simulator, store: DurableStore, tenant: str, workflow_id: str
+) -> InFlight | None:
+    """The send the workflow's journal shows in flight right now, if any."""
+    chats = [c for c in sim.chats() if c.labels.get(LABEL_WORKFLOW) == workflow_id]
     for chat in chats:
-        record = await arena.store.get_chat(arena.tenant, str(chat.id))
+        record = await store.get_chat(tenant, str(chat.id))
         entry = record.journal if record else None
         if entry is None or entry.state != "submitting" or entry.horizon is None:
             continue
         landed = sum(
-            1 for m in arena.sim.messages(chat.id) if m.role == "user" and entry.marker in m.text()
+            1 for m in sim.messages(chat.id) if m.role == "user" and entry.marker in m.text()
         )
         if landed == entry.attempt:
             return InFlight(str(chat.id), entry.marker, entry.horizon)

@@ -13,9 +13,9 @@ from typing import Any, Literal
 from .schemas import VERDICT
 
 StepKind = Literal["plain", "tool", "parallel", "deltas", "sleep", "json"]
-Variant = Literal["sqlite", "postgres", "second-machine", "concurrent"]
-VARIANTS: tuple[Variant, ...] = ("sqlite", "postgres", "second-machine", "concurrent")
-KillKind = Literal["moment", "after-prompt", "in-tool", "held-send"]
+Variant = Literal["sqlite", "postgres", "second-machine", "concurrent", "refund"]
+VARIANTS: tuple[Variant, ...] = ("sqlite", "postgres", "second-machine", "concurrent", "refund")
+KillKind = Literal["moment", "after-prompt", "in-tool", "held-send", "paused"]
 Phase = Literal["before", "after"]
 
 
@@ -29,10 +29,17 @@ class Step:
     amounts: tuple[int, ...] = ()
     #: What a structured step files through ``structured_output``.
     structured: dict[str, Any] | None = None
+    #: The structured answer's model as an import path (default: the campaign's Verdict).
+    model: str | None = None
+    #: How the tool's result names an applied charge: ``<verb> <amount> cents: receipt <r>``.
+    verb: str = "charged"
 
     @property
     def schema(self) -> str | None:
-        return VERDICT if self.kind == "json" else None
+        return (self.model or VERDICT) if self.kind == "json" else None
+
+    def receipt_line(self, amount: int, receipt: str) -> str:
+        return f"{self.verb} {amount} cents: receipt {receipt}"
 
     def describe(self) -> str:
         if self.amounts:
@@ -69,7 +76,9 @@ class Kill:
     - ``in-tool``: while the run's ``nth`` charge is held ``phase`` its effect;
     - ``held-send``: while the run's send after its ``nth`` landed prompt is held
       before it commits; released only once the next run resubmitted the step (or
-      gave it time to), so it lands late: the one window the contract leaves open.
+      gave it time to), so it lands late: the one window the contract leaves open;
+    - ``paused``: while the run's flow run is paused for a person (who has not
+      answered it yet, and never will: the next run asks again).
     """
 
     kind: KillKind
@@ -84,6 +93,8 @@ class Kill:
             return f"after-prompt#{self.nth}+{self.delay:.2f}s"
         if self.kind == "in-tool":
             return f"in-tool#{self.nth}-{self.phase}"
+        if self.kind == "paused":
+            return "paused"
         return f"held-send#{self.nth}"
 
 
@@ -100,11 +111,47 @@ class PgRestart:
 
 
 @dataclass(frozen=True)
+class RefundCase:
+    """One run of the README's ``refund_order``: what the model plans, what the person says."""
+
+    order_id: str
+    amount_cents: int
+    approval_above_cents: int
+    #: The person's answer, the same every time a run asks (unused below the limit).
+    approved: bool
+    complaint: str
+    #: Seconds the person takes to answer a pause.
+    answer_after: float = 0.0
+
+    @property
+    def workflow_id(self) -> str:
+        return f"refund-{self.order_id}"
+
+    @property
+    def asks(self) -> bool:
+        """Whether a person is asked: the planned amount is above the limit."""
+        return self.amount_cents > self.approval_above_cents
+
+    @property
+    def refunds(self) -> bool:
+        """Whether the flow takes the refund branch (no person asked, or approved)."""
+        return not self.asks or self.approved
+
+    def describe(self) -> str:
+        side = "above" if self.asks else "below"
+        answer = ("approved" if self.approved else "declined") if self.asks else "not asked"
+        wait = f" after {self.answer_after:.1f}s" if self.asks else ""
+        return f"refund {self.amount_cents} ({side} {self.approval_above_cents}, {answer}{wait})"
+
+
+@dataclass(frozen=True)
 class WorkflowPlan:
     workflow_id: str
     steps: tuple[Step, ...]
     #: Kill ``i`` applies to run ``i + 1``; the runs after the last kill go to the end.
     kills: tuple[Kill, ...]
+    #: Set when the workflow is the README's ``refund_order`` flow, not ``durable_chat``.
+    refund: RefundCase | None = None
 
     @property
     def prompts(self) -> list[str]:
@@ -123,7 +170,8 @@ class WorkflowPlan:
     def describe(self) -> str:
         steps = ", ".join(s.describe() for s in self.steps)
         kills = "; ".join(k.describe() for k in self.kills)
-        return f"{self.workflow_id}: steps [{steps}] kills [{kills}]"
+        flow = f" {self.refund.describe()}" if self.refund else ""
+        return f"{self.workflow_id}:{flow} steps [{steps}] kills [{kills}]"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """What a campaign prints: one line per violating schedule, then one summary line.
 
 Counts are of occurrences: double charges per logical call (or key) booked twice,
-lost results per step, resent finished steps per resent prompt, live orphans per
+unwanted effects per logical call no step asked for, lost results per step, resent finished steps per resent prompt, live orphans per
 chat, token leaks per place; late duplicates and cut-short resubmissions per prompt.
 """
 
@@ -22,7 +22,8 @@ def summary_line(results: Sequence[ScheduleResult]) -> str:
     cut = sum(r.findings.cut_short for r in results)
     return (
         f"campaign: {len(results)} schedules, {sum(counts.values())} violations "
-        f"(double charges {counts['double charges']}, lost results {counts['lost results']}, "
+        f"(double charges {counts['double charges']}, "
+        f"unwanted effects {counts['unwanted effects']}, lost results {counts['lost results']}, "
         f"resent finished steps {counts['resent finished steps']}, "
         f"live orphans {counts['live orphans']}, token leaks {counts['token leaks']}); "
         f"late duplicates {late}, cut-short resubmissions {cut}"

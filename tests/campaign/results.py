@@ -13,6 +13,7 @@ from typing import Any
 from coder_chat.simulator import Simulator
 from coder_chat.simulator.state import Message
 from prefect_coder.payments import Ledger
+from prefect_coder.tasks._runtime import import_model
 
 from .charges import receipt_for
 from .drive import WorkflowOutcome
@@ -68,10 +69,11 @@ def step_problems(
         receipt = receipt_for(sim, payments, wf, number, amount)
         if receipt is None:
             problems.append(f"the charge of {amount} cents was never applied")
-        elif f"charged {amount} cents: receipt {receipt}" not in text:
+        elif step.receipt_line(amount, receipt) not in text:
             problems.append(f"the result lacks the receipt of {amount} cents")
     if step.structured is not None:
-        expected = Verdict.model_validate(step.structured).model_dump(mode="json")
+        model = import_model(step.schema) or Verdict
+        expected = model.model_validate(step.structured).model_dump(mode="json")
         if result.get("output") != expected:
             problems.append(f"structured output {result.get('output')!r} != {expected!r}")
     return problems

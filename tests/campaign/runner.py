@@ -25,12 +25,14 @@ from tests.conftest import fast_config
 from tests.crash.lab import CrashLab
 
 from .admin import Admin
+from .approvals import Approver
 from .arena import Arena
 from .checks import check_schedule
 from .drive import Children, WorkflowOutcome, drive
 from .gate import ChargeGate
 from .kills import prompts_landed
-from .plan import Schedule
+from .plan import RefundCase, Schedule
+from .refunds import scripts_of
 from .stores import ClusterPool, StoreSite
 from .sweeping import sweep_once
 from .timeline import write_timeline
@@ -117,6 +119,29 @@ async def site_for(
 
 async def play(arena: Arena) -> list[WorkflowOutcome]:
     """Run the schedule's workflows to their end, then clear every fault and sweep once."""
+    async with AsyncExitStack() as stack:
+        for plan in arena.schedule.workflows:
+            if plan.refund is not None:
+                await stack.enter_async_context(refund_watch(arena, plan.refund))
+        outcomes = await play_workflows(arena)
+    arena.archived_before_sweep = {str(c.id) for c in arena.sim.chats() if c.archived}
+    await sweep(arena)
+    return outcomes
+
+
+@contextlib.asynccontextmanager
+async def refund_watch(arena: Arena, case: RefundCase) -> AsyncIterator[Approver]:
+    """The refund flow's script on the simulator, and a person answering its pauses."""
+    for when, then in scripts_of(case):
+        await arena.admin.script(when, then)
+    approver = Approver(case.workflow_id, case.approved, case.answer_after)
+    arena.approvers[case.workflow_id] = approver
+    async with approver.watching():
+        yield approver
+
+
+async def play_workflows(arena: Arena) -> list[WorkflowOutcome]:
+    """Drive every workflow to its end, arming knobs and restarting Postgres on time."""
     children = [Children(arena, plan) for plan in arena.schedule.workflows]
     for each in children:
         await each.prepare()
@@ -133,7 +158,6 @@ async def play(arena: Arena) -> list[WorkflowOutcome]:
         await restarts  # never cut short: a restart in progress is let finish
     await arena.admin.clear()
     await arena.lab.close()
-    await sweep(arena)
     return list(outcomes)
 
 

@@ -1,8 +1,8 @@
 """The one sweep a schedule ends with, called in-process on the sweep core.
 
 Kept in this one function because the core's signature is about to change: the
-campaign calls it with the charge_card tool (so a ``committing`` effect can be
-re-driven), orphans of any age retired, and no workflow ever taken for stranded.
+campaign calls it with the charge_card and issue_refund tools (so a ``committing``
+effect can be re-driven), orphans of any age retired, and no workflow ever taken for stranded.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from coder_chat.durable.store import DurableStore
 from coder_chat.durable.sweep import SweepPolicy, SweepReport, sweep
 from coder_chat.simulator import Simulator
 from prefect_coder.demo_tools import charge_card
+from prefect_coder.examples.refund import issue_refund
 
 POLICY = SweepPolicy(
     orphan_age=0,
@@ -23,7 +24,7 @@ POLICY = SweepPolicy(
     stuck_after=10**9,
     options=DurableOptions(interrupt_timeout=5, poll_interval=0.05, archive_retry_interval=0.05),
 )
-#: charge_card finds its payments service in ``PAYMENTS_URL`` when it runs; schedules
+#: The tools find their payments service in ``PAYMENTS_URL`` when it runs; schedules
 #: running at once each have their own, so their sweeps take turns with the variable.
 _PAYMENTS_ENV = asyncio.Lock()
 
@@ -41,7 +42,7 @@ async def sweep_once(
                 store,
                 str(sim.organization_id),
                 POLICY,
-                tools=StepTools.build([charge_card]),
+                tools=StepTools.build([charge_card, issue_refund]),
                 report=lines.append,
             )
         finally:

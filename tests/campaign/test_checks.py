@@ -16,6 +16,7 @@ from coder_chat.durable.markers import chat_labels, step_marker
 from coder_chat.durable.records import utcnow
 from coder_chat.simulator import Simulator
 from prefect_coder.payments import serve_payments
+from tests.crash.lab import Returned
 from tests.simulator.wire import V2, Wire, declare
 
 from .charges import check_charges
@@ -23,6 +24,7 @@ from .checks import check_leaks, check_orphans
 from .drive import RunRecord, WorkflowOutcome
 from .kills import InFlight
 from .leaks import TokenIndex, api_leaks
+from .own_flows import check_archived_at_end, check_returned, check_unplanned
 from .plan import Kill, Step, WorkflowPlan
 from .resends import check_resends
 from .results import check_results
@@ -135,6 +137,34 @@ async def test_one_logical_call_booked_under_two_keys_is_a_double_charge(sim: Si
                 body = {"amount_cents": 500}
                 await http.post("/charges", json=body, headers={"Idempotency-Key": key})
                 assert check_charges(sim, payments).count("double charges") == (call != first)
+
+
+async def test_an_effect_no_step_asked_for_is_unwanted(sim: Simulator) -> None:
+    """A refund after the person declined: the plan's steps ask for no such amount."""
+    tenant = str(sim.organization_id)
+    refund = '/tool issue_refund {"order_id": "7", "amount_cents": 500}'
+    async with Wire(sim) as wire, serve_payments() as (url, payments):
+        chat = await labelled_chat(wire, prompt(refund), **declare("issue_refund"))
+        call = (await sim.wait_for_status(chat, "requires_action")).pending_calls[0].tool_call_id
+        async with httpx.AsyncClient(base_url=url) as http:
+            key = f"{tenant}/{chat}/{call}"
+            body = {"order_id": "7", "amount_cents": 500}
+            await http.post("/refunds", json=body, headers={"Idempotency-Key": key})
+        assert check_unplanned(sim, payments, [PLAN]).count("unwanted effects") == 1
+        asked = WorkflowPlan(WF, (Step("tool", "refund it", (500,), verb="refunded"),), ())
+        assert check_unplanned(sim, payments, [asked]).violations == []
+
+
+def test_a_user_flow_returns_its_last_stored_turn_and_archives_its_chat() -> None:
+    results: list[dict[str, object]] = [{"step": 1, "text": "done", "chat_id": "c1"}]
+    outcome = WorkflowOutcome(PLAN, results=results, returned=Returned("done"))
+    assert check_returned(outcome).violations == []
+    assert check_archived_at_end(outcome, {"c1"}).violations == []
+    assert check_archived_at_end(outcome, set()).count("live orphans") == 1
+    outcome.returned = Returned("something else")
+    assert check_returned(outcome).count("lost results") == 1
+    # A workflow no run completed is judged by its lost results alone.
+    assert check_archived_at_end(WorkflowOutcome(PLAN), set()).violations == []
 
 
 # -- live orphans and token leaks -----------------------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .draw import FAILURE_BUDGET, derive, failures
-from .plan import VARIANTS
+from .plan import VARIANTS, Variant
 
 
 def test_a_schedule_is_a_function_of_seed_and_index() -> None:
@@ -25,10 +25,39 @@ def test_schedules_keep_to_the_spec() -> None:
         assert len(schedule.workflows) == (2 if schedule.variant == "concurrent" else 1)
         assert bool(schedule.pg_restarts) == (schedule.variant == "postgres")
         for plan in schedule.workflows:
-            assert 3 <= len(plan.steps) <= 5 and 1 <= len(plan.kills) <= 2
+            assert (plan.refund is not None) == (schedule.variant == "refund")
+            steps = (2, 2) if plan.refund else (3, 5)
+            assert steps[0] <= len(plan.steps) <= steps[1] and 1 <= len(plan.kills) <= 2
             for step in plan.steps:
                 # Calls of one tool with identical arguments in one step are one call.
                 assert len(set(step.amounts)) == len(step.amounts)
+
+
+def test_a_share_of_schedules_runs_the_refund_flow_and_the_rest_are_drawn_as_before() -> None:
+    """Adding the refund variant left every other schedule of a seed as it was drawn:
+    the variant among the others comes from the same stream, over the same list."""
+    schedules = [derive(3, i) for i in range(300)]
+    refunds = [s for s in schedules if s.variant == "refund"]
+    assert 0.1 < len(refunds) / len(schedules) < 0.3
+    others: list[Variant] = [v for v in VARIANTS if v != "refund"]
+    for schedule in schedules:
+        if schedule.variant != "refund":
+            assert derive(3, schedule.index, others) == schedule
+
+
+def test_refund_schedules_ask_a_person_and_kill_only_where_the_flow_goes() -> None:
+    for index in range(300):
+        schedule = derive(9, index, ["refund"])
+        (plan,) = schedule.workflows
+        case = plan.refund
+        assert case is not None and plan.workflow_id == case.workflow_id
+        assert [s.kind for s in plan.steps] == ["json", "tool" if case.refunds else "plain"]
+        kinds = {k.kind for k in plan.kills}
+        assert "held-send" not in kinds
+        assert case.asks or "paused" not in kinds
+        assert case.refunds or "in-tool" not in kinds
+        for knob in schedule.knobs:  # a failed send would keep the example's 300 s horizon
+            assert not (knob.kind in ("fail", "cut") and knob.payload["route"] == "send_message")
 
 
 def test_the_knobs_of_a_schedule_fail_no_more_requests_than_a_task_retries() -> None:

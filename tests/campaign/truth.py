@@ -17,7 +17,7 @@ from coder_chat.simulator import Simulator
 from coder_chat.simulator.state import Chat, Message, now
 
 #: The client tools a campaign chat declares: an answer is the text after the last call.
-CLIENT_TOOLS = frozenset({"charge_card", "structured_output"})
+CLIENT_TOOLS = frozenset({"charge_card", "issue_refund", "structured_output"})
 
 
 def workflow_chats(sim: Simulator, workflow_id: str) -> list[Chat]:

@@ -6,10 +6,16 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Category = Literal[
-    "double charges", "lost results", "resent finished steps", "live orphans", "token leaks"
+    "double charges",
+    "unwanted effects",
+    "lost results",
+    "resent finished steps",
+    "live orphans",
+    "token leaks",
 ]
 CATEGORIES: tuple[Category, ...] = (
     "double charges",
+    "unwanted effects",
     "lost results",
     "resent finished steps",
     "live orphans",

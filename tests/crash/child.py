@@ -1,13 +1,16 @@
-"""A crash-test child: ``python -m tests.crash.child '<json>'`` runs ``durable_chat(**params)``.
+"""A crash-test child: ``python -m tests.crash.child '<json>'`` runs one flow with ``params``.
 
-Everything else comes from the environment the test hands it (the simulator's
-``CODER_*`` variables, ``PREFECT_CODER_SQLITE_PATH``, ``PAYMENTS_URL``, the shared
-``PREFECT_API_URL`` and ``PREFECT_HOME``). The child imports everything first,
-then prints :data:`READY` and waits for a ``go`` line on stdin, so a test can
-start the process that will rerun a workflow before it crashes the one running
-it (Python and Prefect take seconds to import). On success it prints one line,
-:data:`RESULT_PREFIX` followed by the step results as JSON; a test that crashes
-it kills it (SIGKILL, its whole process group) long before that.
+The flow is ``params["flow"]`` as ``module:function`` (for instance
+``prefect_coder.examples.refund:refund_order``), ``durable_chat`` when absent; every
+other parameter goes to it. Everything else comes from the environment the test
+hands it (the simulator's ``CODER_*`` variables, ``PREFECT_CODER_SQLITE_PATH``,
+``PAYMENTS_URL``, the shared ``PREFECT_API_URL`` and ``PREFECT_HOME``). The child
+imports everything first, then prints :data:`READY` and waits for a ``go`` line on
+stdin, so a test can start the process that will rerun a workflow before it
+crashes the one running it (Python and Prefect take seconds to import). On success
+it prints one line, :data:`RESULT_PREFIX` followed by what the flow returned as JSON
+(``durable_chat``: its step results); a test that crashes it kills it (SIGKILL, its
+whole process group) long before that.
 """
 
 from __future__ import annotations
@@ -20,25 +23,48 @@ from typing import Any
 RESULT_PREFIX = "CRASH-CHILD-RESULTS "
 READY = "CRASH-CHILD-READY"
 GO = "go"
+#: The flow a child runs when its parameters name none.
+DURABLE_CHAT = "prefect_coder.flows.durable_chat:durable_chat"
 
 
-async def run(params: dict[str, Any]) -> list[dict[str, Any]]:
-    from prefect_coder.flows.durable_chat import durable_chat
-
-    results = await durable_chat(**await flow_params(params))
-    return [r.model_dump(mode="json") for r in results]
+def flow_path(params: dict[str, Any]) -> str:
+    return str(params.get("flow") or DURABLE_CHAT)
 
 
-async def flow_params(params: dict[str, Any]) -> dict[str, Any]:
-    """Tests write the settings' fields beside the others and a ledger as a saved
-    block's ``slug/name``: here they become ``settings`` and the loaded block."""
+def load_flow(path: str) -> Any:
+    """The flow object at ``module:function`` (imported: the slow part)."""
+    from prefect import Flow
+
+    from prefect_coder.tasks._runtime import import_object
+
+    found = import_object(path)
+    if not isinstance(found, Flow):
+        raise TypeError(f"{path} is not a Prefect flow")
+    return found
+
+
+async def run(params: dict[str, Any]) -> Any:
+    from pydantic_core import to_jsonable_python
+
+    flow = load_flow(flow_path(params))
+    rest = {k: v for k, v in params.items() if k != "flow"}
+    returned = await flow(**await flow_params(flow, rest))
+    return to_jsonable_python(returned)
+
+
+async def flow_params(flow: Any, params: dict[str, Any]) -> dict[str, Any]:
+    """Tests write the settings' fields beside the others (for a flow that takes
+    ``settings``) and a ledger as a saved block's ``slug/name``: here they become
+    ``settings`` and the loaded block."""
     from prefect.blocks.core import Block
 
     from prefect_coder.tasks.settings import WorkflowSettings
 
-    fields = WorkflowSettings.model_fields
-    flat = {k: v for k, v in params.items() if k not in fields}
-    flat["settings"] = {k: v for k, v in params.items() if k in fields}
+    flat = dict(params)
+    if "settings" in flow.parameters.properties:
+        fields = WorkflowSettings.model_fields
+        flat = {k: v for k, v in params.items() if k not in fields}
+        flat["settings"] = {k: v for k, v in params.items() if k in fields}
     if isinstance(flat.get("ledger"), str):
         flat["ledger"] = await Block.aload(flat["ledger"])
     return flat
@@ -46,13 +72,12 @@ async def flow_params(params: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> int:
     params = json.loads(argv[1])
-    import prefect_coder.flows.durable_chat  # noqa: F401 - the slow part, done before the signal
-
+    load_flow(flow_path(params))  # the slow part, done before the signal
     print(READY, flush=True)
     if sys.stdin.readline().strip() != GO:
         return 0  # the test ended without needing this child
-    results = asyncio.run(run(params))
-    print(RESULT_PREFIX + json.dumps(results), flush=True)
+    returned = asyncio.run(run(params))
+    print(RESULT_PREFIX + json.dumps(returned), flush=True)
     return 0
 
 

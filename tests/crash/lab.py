@@ -1,4 +1,4 @@
-"""The crash lab: real child processes running ``durable_chat``, killed with SIGKILL.
+"""The crash lab: real child processes running a flow (``durable_chat`` unless told), killed with SIGKILL.
 
 Every child runs ``python -m tests.crash.child '<json>'`` in its own session (so
 its process group holds everything it started) against the test's simulator and
@@ -68,13 +68,27 @@ class Child:
         """Whether it has imported everything and waits for :meth:`CrashLab.go`."""
         return READY in self.stdout.read_text(errors="replace").splitlines()
 
-    def results(self) -> list[dict[str, Any]] | None:
-        """The step results the child printed, or ``None`` if it printed none."""
+    def returned(self) -> Returned | None:
+        """What the child's flow returned, as it printed it, or ``None`` if it printed nothing."""
         for line in self.stdout.read_text(errors="replace").splitlines():
             if line.startswith(RESULT_PREFIX):
-                results: list[dict[str, Any]] = json.loads(line[len(RESULT_PREFIX) :])
-                return results
+                return Returned(json.loads(line[len(RESULT_PREFIX) :]))
         return None
+
+    def results(self) -> list[dict[str, Any]] | None:
+        """The step results a ``durable_chat`` child printed, or ``None`` if it printed none."""
+        returned = self.returned()
+        if returned is None:
+            return None
+        results: list[dict[str, Any]] = returned.value
+        return results
+
+
+@dataclass(frozen=True)
+class Returned:
+    """A flow's return value as JSON (``None`` is a value a flow may return)."""
+
+    value: Any
 
 
 @dataclass
@@ -124,7 +138,8 @@ class CrashLab:
 
     # -- children -------------------------------------------------------------------------
     async def spawn(self, env: Mapping[str, str] | None = None, **params: Any) -> Child:
-        """Start a child for ``durable_chat(**params)``; it imports, then waits for :meth:`go`.
+        """Start a child for ``durable_chat(**params)`` (or the flow ``params["flow"]``
+        names, as ``module:function``); it imports, then waits for :meth:`go`.
 
         ``env`` overrides part of the children's environment for this child only.
         """
@@ -170,15 +185,16 @@ class CrashLab:
     async def start(
         self, *, reruns: int = 0, env: Mapping[str, str] | None = None, **params: Any
     ) -> Child:
-        """A fresh process running ``durable_chat(**params)`` from now on.
+        """A fresh process running ``durable_chat(**params)`` (or ``params["flow"]``) from now on.
 
         ``reruns`` spawns that many more children with the same parameters, which
         import Python and Prefect while this one runs; a later ``start`` with the same
         parameters (and ``env``) takes one of them (still a process that has done
-        nothing yet).
+        nothing yet). ``durable_chat`` gets short time limits unless told otherwise.
         """
-        params.setdefault("request_timeout_seconds", 10.0)
-        params.setdefault("step_deadline_seconds", 60.0)
+        if "flow" not in params:
+            params.setdefault("request_timeout_seconds", 10.0)
+            params.setdefault("step_deadline_seconds", 60.0)
         key = json.dumps(params, sort_keys=True)
         overrides = json.dumps(dict(env or {}), sort_keys=True)
         spare = next(
@@ -202,7 +218,12 @@ class CrashLab:
         await child.proc.wait()
 
     async def finish(self, child: Child, timeout: float = FINISH_TIMEOUT) -> list[dict[str, Any]]:
-        """Wait for the child to end cleanly and return its step results."""
+        """Wait for a ``durable_chat`` child to end cleanly and return its step results."""
+        results: list[dict[str, Any]] = (await self.finish_flow(child, timeout)).value
+        return results
+
+    async def finish_flow(self, child: Child, timeout: float = FINISH_TIMEOUT) -> Returned:
+        """Wait for the child to end cleanly and return what its flow returned."""
         try:
             async with asyncio.timeout(timeout):
                 code = await child.proc.wait()
@@ -214,10 +235,10 @@ class CrashLab:
             ) from None
         if code != 0:
             raise ChildFailed(f"{child.name} exited with {code}:\n{child.tail()}")
-        results = child.results()
-        if results is None:
+        returned = child.returned()
+        if returned is None:
             raise ChildFailed(f"{child.name} printed no results:\n{child.tail()}")
-        return results
+        return returned
 
     async def until(
         self,
