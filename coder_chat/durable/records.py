@@ -193,21 +193,34 @@ class PromptChanged(CoderConfigError):
     workflow's stored state is left as it was.
     """
 
-    def __init__(self, workflow_id: str, step: int, ran: str | None, asked: str) -> None:
+    def __init__(
+        self, workflow_id: str, step: int, ran: str | None, asked: str, *, finished: bool = True
+    ) -> None:
         self.workflow_id = workflow_id
         self.step = step
         self.ran = ran
         self.asked = asked
+        self.finished = finished
         earlier = f"it ran {_quoted(ran)}" if ran else "it ran another prompt"
+        if finished:
+            what = "already finished and is never run again"
+        else:
+            what = "was already sent with another prompt, and a step never changes its prompt"
+            earlier = f"it was sent {_quoted(ran)}" if ran else "it was sent another prompt"
         super().__init__(
-            f"step {step} of workflow {workflow_id!r} already finished and is never run "
-            f"again: {earlier}, this run asked {_quoted(asked)}. The flow's code must "
-            "decide the same way on the same answers; use a new workflow id to run "
-            "different prompts."
+            f"step {step} of workflow {workflow_id!r} {what}: {earlier}, this run asked "
+            f"{_quoted(asked)}. The flow's code must decide the same way on the same "
+            "answers; use a new workflow id to run different prompts."
         )
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (PromptChanged, (self.workflow_id, self.step, self.ran, self.asked))
+        return (_prompt_changed, (self.workflow_id, self.step, self.ran, self.asked, self.finished))
+
+
+def _prompt_changed(
+    workflow_id: str, step: int, ran: str | None, asked: str, finished: bool
+) -> PromptChanged:
+    return PromptChanged(workflow_id, step, ran, asked, finished=finished)
 
 
 def _quoted(prompt: str, limit: int = 160) -> str:

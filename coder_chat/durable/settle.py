@@ -113,17 +113,25 @@ async def _interrupt(ctx: StepContext, chat_id: str) -> int:
 
 
 async def _sleep_out_horizon(ctx: StepContext, chat_id: str, entry: JournalEntry) -> bool:
-    """A send journaled but not seen may still land: wait it out; ``True`` if it landed."""
+    """A send journaled but not seen may still land: wait it out; ``True`` if it landed.
+
+    History is looked at every ``poll_interval`` meanwhile, so a send that lands early
+    ends the wait at once rather than at its horizon.
+    """
     horizon: datetime | None = entry.horizon
-    if horizon is not None:
-        remaining = (horizon - utcnow()).total_seconds()
-        if remaining > 0:
-            ctx.report(
-                f"{ctx.name}: the earlier prompt may still be on its way; waiting "
-                f"{remaining:.1f} s before deciding it never arrived."
-            )
-            await asyncio.sleep(remaining)
-    return await count_attempts(ctx.client, chat_id, ctx.marker) > entry.attempt
+    remaining = (horizon - utcnow()).total_seconds() if horizon is not None else 0.0
+    if remaining > 0:
+        ctx.report(
+            f"{ctx.name}: the earlier prompt may still be on its way; waiting up to "
+            f"{remaining:.1f} s before deciding it never arrived."
+        )
+    while True:
+        if await count_attempts(ctx.client, chat_id, ctx.marker) > entry.attempt:
+            return True
+        remaining = (horizon - utcnow()).total_seconds() if horizon is not None else 0.0
+        if remaining <= 0:
+            return False
+        await asyncio.sleep(min(ctx.options.poll_interval, remaining))
 
 
 async def _poll(ctx: StepContext, chat_id: str, cut_short: bool) -> Settled:

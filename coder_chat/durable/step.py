@@ -217,7 +217,13 @@ async def _complete(
 async def recover(
     ctx: StepContext, spec: StepSpec, chat_id: str, reason: RecoveryReason
 ) -> _Recovered | None:
-    """Settle the chat, then recover the attempt's result, or ``None`` to resubmit."""
+    """Settle the chat, then recover the attempt's result, or ``None`` to resubmit.
+
+    Before anything acts on the chat (settling may answer a pause, and so run a tool),
+    the attempt on it must be this step's with this prompt: one sent with another prompt
+    is refused, untouched.
+    """
+    await _check_sent_prompt(ctx, spec, chat_id)
     settled = await settle_wait(ctx, chat_id, reason)
     rounds = 1
     while settled.status == "requires_action" and rounds < MAX_SETTLE_ROUNDS:
@@ -235,9 +241,6 @@ async def recover(
         ctx.report(f"{ctx.name}: the earlier attempt did not finish ({why}).")
         return None
     assert last_user is not None
-    if spec.prompt and spec.prompt not in last_user.text():
-        ran = last_user.text().replace(ctx.marker, "", 1).strip()
-        raise PromptChanged(ctx.workflow_id, ctx.step, ran, spec.prompt)
     after = to_transcript(tail.after(last_user)).messages
     if _outcome_never_seen(ctx, after):
         ctx.report(
@@ -256,6 +259,18 @@ async def recover(
         "and nothing is sent again."
     )
     return _Recovered(final_text(after, ctx.tools.names), output, cursor)
+
+
+async def _check_sent_prompt(ctx: StepContext, spec: StepSpec, chat_id: str) -> None:
+    """Refuse, before acting, an attempt of this step that was sent with another prompt."""
+    if not spec.prompt:
+        return  # a reconcile that only wants to know whether the step finished
+    last_user = (await read_tail(ctx.client, chat_id)).last_user
+    if last_user is None or ctx.marker not in last_user.text():
+        return
+    if spec.prompt not in last_user.text():
+        sent = last_user.text().replace(ctx.marker, "", 1).strip()
+        raise PromptChanged(ctx.workflow_id, ctx.step, sent, spec.prompt, finished=False)
 
 
 def _outcome_never_seen(ctx: StepContext, after: list[TranscriptMessage]) -> bool:

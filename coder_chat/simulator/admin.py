@@ -20,7 +20,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from . import control
-from .engine import Engine
+from .engine import Engine, Script
 from .errors import ApiError, bad_request
 from .faults import FaultPlan, UnknownRoute
 from .http import ChatApi
@@ -126,8 +126,12 @@ class AdminApi:
         if request.method == "DELETE":
             self.engine.scripts.clear()
         elif request.method == "POST":
-            self.engine.scripts.append((str(body["when"]), str(body["then"])))
-        return [{"when": when, "then": then} for when, then in self.engine.scripts]
+            times = body.get("times")
+            script = Script(
+                str(body["when"]), str(body["then"]), None if times is None else int(times)
+            )
+            self.engine.scripts.append(script)
+        return [dataclasses.asdict(script) for script in self.engine.scripts]
 
     def held(self, request: Request, body: Body) -> Any:
         return [h.to_wire() for h in self.engine.faults.held()]

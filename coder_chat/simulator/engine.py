@@ -50,6 +50,16 @@ class Run:
     started: float = field(default_factory=time.perf_counter)
 
 
+@dataclass
+class Script:
+    """A scripted reply: prompts containing ``when`` get the directives ``then``, every
+    time, or the next ``times`` times."""
+
+    when: str
+    then: str
+    times: int | None = None
+
+
 class Engine:
     """All chats of one simulated deployment (one organization, one user)."""
 
@@ -67,14 +77,19 @@ class Engine:
         self.subscribers: dict[uuid.UUID, set[Subscriber]] = {}
         self.watchers: set[asyncio.Queue[JSON]] = set()
         self._background: set[asyncio.Task[None]] = set()
-        #: Scripted replies: a prompt containing the first text is answered as if the
-        #: second (directives) were written in it, so tests can script natural prompts.
-        self.scripts: list[tuple[str, str]] = []
+        #: Scripted replies: a prompt containing ``when`` is answered as if ``then``
+        #: (directives) were written in it, so tests can script natural prompts.
+        self.scripts: list[Script] = []
 
     def scripted(self, prompt: str) -> str:
-        """The prompt as the model reads it: with the directives of every matching script."""
-        extra = [then for when, then in self.scripts if when in prompt]
-        return " ".join([prompt, *extra]) if extra else prompt
+        """The prompt as the model reads it: with the directives of every matching script
+        (a script with a count of uses left loses one; used up, it is gone)."""
+        matching = [script for script in self.scripts if script.when in prompt]
+        for script in matching:
+            if script.times is not None:
+                script.times -= 1
+        self.scripts = [s for s in self.scripts if s.times is None or s.times > 0]
+        return " ".join([prompt, *(s.then for s in matching)]) if matching else prompt
 
     # -- lookups --------------------------------------------------------------
     def chat(self, chat_id: uuid.UUID) -> Chat:

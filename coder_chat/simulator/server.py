@@ -25,7 +25,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from . import control
 from .admin import admin_routes
 from .config import SimulatorConfig
-from .engine import Engine
+from .engine import Engine, Script
 from .faults import FaultPlan
 from .http import ChatApi, chat_routes
 from .records import Records
@@ -140,10 +140,11 @@ class Simulator:
         """The chat's committed, client-visible messages, oldest first."""
         return self.chat(chat_id).visible_messages()
 
-    def script(self, when: str, then: str) -> None:
-        """Answer every prompt containing ``when`` as if ``then`` (directives) were in it:
+    def script(self, when: str, then: str, times: int | None = None) -> None:
+        """Answer every prompt containing ``when`` (or the next ``times`` ones) as if
+        ``then`` (directives) were in it:
         ``sim.script("Plan the refund", '/json {"amount_cents": 500}')``."""
-        self.engine.scripts.append((when, then))
+        self.engine.scripts.append(Script(when, then, times))
 
     def seed(self, count: int, **options: Any) -> list[uuid.UUID]:
         return control.seed_chats(self.engine, count, **options)

@@ -28,10 +28,22 @@ async def test_scripts_over_the_admin_routes(sim: Simulator) -> None:
     async with Wire(sim) as wire:
         base = "/simulator/v1/scripts"
         added = await wire.http.post(base, json={"when": "Plan", "then": "/fail fatal"})
-        assert added.json() == [{"when": "Plan", "then": "/fail fatal"}]
+        assert added.json() == [{"when": "Plan", "then": "/fail fatal", "times": None}]
         assert (await wire.http.get(base)).json() == added.json()
         chat = await wire.create("Plan it")
         async with wire.stream(chat["id"]) as reader:
             await reader.until_status("error")
         assert (await wire.http.delete(base)).json() == []
         assert sim.engine.scripts == []
+
+
+async def test_a_script_with_a_count_is_used_up(sim: Simulator) -> None:
+    sim.script("Stall", "/fail fatal", times=1)
+    async with Wire(sim) as wire:
+        first = await wire.create("Stall here")
+        second = await wire.create("Stall again")
+        async with wire.stream(first["id"]) as reader:
+            await reader.until_status("error")
+        async with wire.stream(second["id"]) as reader:
+            await reader.until_status("waiting")
+    assert sim.engine.scripts == []

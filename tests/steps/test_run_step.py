@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from coder_chat import (
 from coder_chat.durable.context import DurableOptions, StepContext, StepTools
 from coder_chat.durable.markers import LABEL_STEP, LABEL_STORE, LABEL_WORKFLOW, chat_labels
 from coder_chat.durable.reconcile import answer_pause
-from coder_chat.durable.records import JournalEntry, args_digest
+from coder_chat.durable.records import JournalEntry, PromptChanged, args_digest, utcnow
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.step import StepSpec, run_step
 from coder_chat.durable.tools import durable_tool
@@ -169,12 +170,13 @@ async def test_a_live_run_past_the_settle_budget_is_cut_and_resubmitted(
             StepSpec(prompt="plan it"),
         )
         ctx = StepContext(client, store, fence, "wf-slow", 2, StepTools(), impatient)
-        await crashed_attempt(client, store, ctx, first.chat_id, "stall /sleep 30")
-        again = await run_step(ctx, StepSpec(prompt="quick"))
+        sim.script("stall", "/sleep 30", times=1)  # the crashed attempt's run stalls
+        await crashed_attempt(client, store, ctx, first.chat_id, "stall")
+        again = await run_step(ctx, StepSpec(prompt="stall"))
         users = await user_messages(client, first.chat_id)
     assert again.verdict == "resubmitted"
     assert [i.status_before for i in sim.records.interrupts] == ["running"]
-    assert len(users) == 3 and again.text == 'You said: "[wf-slow/step-2] quick"'
+    assert len(users) == 3 and again.text == 'You said: "[wf-slow/step-2] stall"'
 
 
 async def test_a_lost_stream_keeps_the_chat_and_the_retry_recovers_the_turn(
@@ -444,3 +446,54 @@ async def test_a_recovery_read_that_runs_out_of_time_can_be_retried(
         sim.faults.decide((await sim.faults.wait_held("get_chat")).id, "release")
         recovered = await run_step(ctx, StepSpec(prompt="summarise"))
     assert recovered.verdict == "recovered"
+
+
+async def test_an_attempt_sent_with_another_prompt_is_refused_before_anything_runs(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    """A crashed attempt of step 2 paused on a durable tool; the re-run's code now asks
+    step 2 something else (a person answered otherwise on the relaunch). The step is
+    refused before its pause is answered: the tool does not run, nothing is submitted."""
+    tenant = str(sim.organization_id)
+    CHARGES.clear()
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        fence = await store.begin_run(tenant, "wf-asked")
+        tools = StepTools.build([charge_card])
+        step_1 = StepContext(client, store, fence, "wf-asked", 1, tools, FAST)
+        chat_id = (await run_step(step_1, StepSpec(prompt="plan it"))).chat_id
+        step_2 = replace(step_1, step=2)
+        await crashed_attempt(
+            client, store, step_2, chat_id, 'refund it /tool charge_card {"amount_cents": 900}'
+        )
+        await sim.wait_for_status(chat_id, "requires_action")
+        with pytest.raises(PromptChanged, match=r"step 2 .* was already sent with another"):
+            await run_step(step_2, StepSpec(prompt="the refund was declined"))
+    assert CHARGES == []
+    assert [r for r in sim.records.tool_results if str(r.chat_id) == chat_id] == []
+    assert sim.chat(chat_id).status == "requires_action"
+
+
+async def test_a_send_in_flight_that_lands_early_ends_the_wait_for_it(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    """The crashed attempt's send was journaled with a horizon ten minutes away and lands
+    a moment after recovery began: recovery sees it land and takes its answer, without
+    sitting out the horizon (the test's own timeout is far shorter) or sending again."""
+    tenant = str(sim.organization_id)
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        fence = await store.begin_run(tenant, "wf-early")
+        first = await run_step(
+            StepContext(client, store, fence, "wf-early", 1, StepTools(), FAST),
+            StepSpec(prompt="plan it"),
+        )
+        ctx = StepContext(client, store, fence, "wf-early", 2, StepTools(), FAST)
+        far = utcnow() + timedelta(minutes=10)
+        entry = JournalEntry(state="submitting", marker=ctx.marker, attempt=0, horizon=far)
+        await store.write_journal(fence, first.chat_id, entry)
+        sim.faults.delay_commit("send_message", 0.5)
+        late = asyncio.create_task(client.send_message(first.chat_id, f"{ctx.marker} summarise"))
+        recovered = await run_step(ctx, StepSpec(prompt="summarise"))
+        await late
+        users = await user_messages(client, first.chat_id)
+    assert recovered.verdict == "recovered"
+    assert len(users) == 2  # the late send only; nothing was sent again
