@@ -63,9 +63,14 @@ def run_log() -> LoggingAdapter:
     return PrefectLogAdapter(own, adapter.extra)
 
 
+#: Where transport lines go (a task run's, as the turns run in tasks); when that logger
+#: keeps no DEBUG line, an event costs one check and nothing is formatted.
+_TRANSPORT_LOGGER = logging.getLogger("prefect.task_runs.coder")
+
+
 def log_transport(event: TransportEvent) -> None:
     """A transport event as a DEBUG line of the run it happened in (stream traffic left out)."""
-    if isinstance(event, WsEvent):
+    if isinstance(event, WsEvent) or not _TRANSPORT_LOGGER.isEnabledFor(logging.DEBUG):
         return
     try:
         log = run_log()
