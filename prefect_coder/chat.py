@@ -171,7 +171,13 @@ class DurableChat:
     # -- begin --------------------------------------------------------------------------
     async def __aenter__(self) -> DurableChat:
         log = _log()
-        tools = self._tools_or_none(log)
+        # The workflow is begun even when its tools fail to import, so that the failure
+        # still ends it (archived, marked failed) rather than leave it to the sweep.
+        failure: CoderError | None = None
+        try:
+            tools = resolve_tools(self.tools, allow_plain=self.settings.allow_plain_tools)
+        except CoderError as exc:
+            tools, failure = StepTools(), exc
         began = self._began = await begin_workflow(
             Workflow(
                 self.workflow_id,
@@ -180,7 +186,7 @@ class DurableChat:
                 credentials=self.credentials,
                 ledger=self.ledger,
                 settings=self.settings,
-                tools=tools or StepTools(),
+                tools=tools,
                 expected_turns=self.expected_turns,
                 shares_run=not self.owns_run,
             )
@@ -195,23 +201,13 @@ class DurableChat:
                 await name_the_run(began.run.flow_run_id, current_flow_run.name or "", name, log)
             return self
         try:
-            if tools is None:  # they did not import: say why, as a failure of the workflow
-                self._tools_or_none(log, raise_it=True)
+            if failure is not None:
+                raise failure
             await self._started(log)
         except BaseException as exc:
             await self._end(exc, log)
             raise
         return self
-
-    def _tools_or_none(self, log: LoggingAdapter, raise_it: bool = False) -> StepTools | None:
-        """The tools, resolved once; ``None`` when they fail to (the workflow is begun
-        first, so that such a failure still ends it as failed)."""
-        try:
-            return resolve_tools(self.tools, allow_plain=self.settings.allow_plain_tools)
-        except CoderError:
-            if raise_it:
-                raise
-            return None
 
     async def _started(self, log: LoggingAdapter) -> None:
         """This run holds the workflow now: beat, and say so where a person looks."""
