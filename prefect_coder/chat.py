@@ -322,7 +322,7 @@ class DurableChat:
     async def _finished(self, log: LoggingAdapter) -> None:
         run = self.run
         if self.owns_run and self.results:
-            await publish_transcript(self.workflow_id, self._prompts, self.results)
+            await publish_transcript(self.workflow_id, self._prompts, self.results, log)
         if run.settings.archive_at_end:
             await with_retries(lambda: self._archive(log))
         await finish_workflow(run, WorkflowState.FINISHED)

@@ -192,16 +192,19 @@ class Progress:
         # to show until the end.
         percent = 100.0 * min(len(self.lines), self.total) / self.total if self.total else 0.0
         self._published_at, self._dirty = time.monotonic(), False
-        if self._artifact is None:
-            self._artifact = await acreate_progress_artifact(
-                percent, key=self.key, description=self.description()
-            )
-        else:
-            await aupdate_progress_artifact(self._artifact, percent, self.description())
+        try:
+            if self._artifact is None:
+                self._artifact = await acreate_progress_artifact(
+                    percent, key=self.key, description=self.description()
+                )
+            else:
+                await aupdate_progress_artifact(self._artifact, percent, self.description())
+        except Exception:  # noqa: BLE001 - for people: Prefect's API down must not fail the work
+            self._dirty = True  # the next update, or the last, tries again
 
 
 async def publish_transcript(
-    workflow_id: str, prompts: Sequence[str], results: Sequence[StepResult]
+    workflow_id: str, prompts: Sequence[str], results: Sequence[StepResult], log: LoggingAdapter
 ) -> None:
     """A markdown artifact of the workflow's steps: prompt, verdict and answer of each.
 
@@ -219,11 +222,14 @@ async def publish_transcript(
         "| --- | --- | --- | --- |",
         *rows,
     ]
-    await acreate_markdown_artifact(
-        markdown="\n".join(lines),
-        key=f"transcript-{slug(workflow_id)}",
-        description=f"Durable chat {workflow_id}",
-    )
+    try:
+        await acreate_markdown_artifact(
+            markdown="\n".join(lines),
+            key=f"transcript-{slug(workflow_id)}",
+            description=f"Durable chat {workflow_id}",
+        )
+    except Exception as exc:  # noqa: BLE001 - for people, like the progress artifact
+        log.warning(f"Could not publish the transcript of workflow {workflow_id} ({exc}).")
 
 
 def _cell(text: str, limit: int = 300) -> str:
