@@ -16,6 +16,7 @@ from prefect.context import TaskRunContext
 from prefect.exceptions import MissingContextError
 from prefect.logging.loggers import LoggingAdapter, PrefectLogAdapter
 from prefect.tasks import Task, TaskRunNameValueOrCallable
+from prefect.utilities.annotations import NotSet
 from pydantic import BaseModel
 
 from coder_chat import ChatClient, CoderConfigError, is_retryable
@@ -174,15 +175,7 @@ def durable_task(
     """Every task of ours: retried on what :func:`is_retryable` calls transient, with the
     same delays. With ``cache_key_fn`` its result is persisted (JSON) under that key;
     without it nothing is cached, so Prefect never hashes a task's inputs."""
-    if cache_key_fn is None:
-        return task(
-            name=name,
-            task_run_name=task_run_name,
-            retries=len(RETRY_DELAYS),
-            retry_delay_seconds=RETRY_DELAYS,
-            retry_condition_fn=retry_if_transient,
-            cache_policy=NO_CACHE,
-        )
+    cached = cache_key_fn is not None
     return task(
         name=name,
         task_run_name=task_run_name,
@@ -190,6 +183,7 @@ def durable_task(
         retry_delay_seconds=RETRY_DELAYS,
         retry_condition_fn=retry_if_transient,
         cache_key_fn=cache_key_fn,
-        persist_result=True,
-        result_serializer="json",
+        cache_policy=NotSet if cached else NO_CACHE,
+        persist_result=True if cached else None,
+        result_serializer="json" if cached else None,
     )
