@@ -36,6 +36,7 @@ from typing import Generic, TypeVar, overload
 
 from prefect.context import FlowRunContext
 from prefect.exceptions import Abort, MissingContextError
+from prefect.flow_runs import apause_flow_run, asuspend_flow_run
 from prefect.logging.loggers import LoggingAdapter
 from prefect.runtime import deployment as current_deployment
 from prefect.runtime import flow_run as current_flow_run
@@ -75,6 +76,7 @@ from prefect_coder.tasks.workflow import (
 )
 
 M = TypeVar("M", bound=BaseModel)
+A = TypeVar("A", bound=BaseModel)
 
 #: Frozen, so one instance serves every chat that is given no settings.
 DEFAULT_SETTINGS = WorkflowSettings()
@@ -143,6 +145,10 @@ class DurableChat:
         self.owns_run = owns_run
         self.results: list[StepResult] = []
         self._prompts: list[str] = []
+        #: What the workflow was told between turns, kept in the store, and how much of it
+        #: this run has used (the k-th wait is answered by the k-th input).
+        self._inputs: list[object] = []
+        self._inputs_used = 0
         self._began: Began | None = None
         self._heart: asyncio.Task[None] | None = None
         self._progress: Progress | None = None
@@ -191,6 +197,7 @@ class DurableChat:
                 shares_run=not self.owns_run,
             )
         )
+        self._inputs = list(began.before.inputs) if began.before else []
         if began.replay:
             log.info(
                 f"Workflow {self.workflow_id} finished in an earlier run: its finished steps "
@@ -265,6 +272,45 @@ class DurableChat:
         if output is None:
             return result
         return Structured[output].model_validate({**result.model_dump(), "output": result.output})  # type: ignore[valid-type]
+
+    async def wait_for_input(
+        self, input_type: type[A], *, timeout: int = 3600, suspend: bool = False
+    ) -> A:
+        """Wait between turns for a person's answer, once: it is kept with the workflow.
+
+        A run that goes again (relaunched after a crash, on any worker) is given the
+        answer it had, without asking again, so it decides the same. ``input_type`` is a
+        pydantic model (or Prefect ``RunInput``) the UI shows as a form when the run
+        pauses. ``suspend`` lets the run's process exit while it waits (the run needs a
+        deployment; when resumed, a worker runs the flow again, its finished turns from
+        the store); otherwise the process waits, its heartbeat going on.
+        """
+        began = self._began
+        if began is None:
+            raise CoderConfigError("use the DurableChat in 'async with' before waiting for input")
+        number = self._inputs_used + 1
+        if number <= len(self._inputs):
+            self._inputs_used = number
+            _log().info(
+                f"{self._input_title(number)}: answered in an earlier run; not asked again."
+            )
+            return input_type.model_validate(self._inputs[number - 1])
+        if began.replay:
+            await self._go_on(began)
+        _log().info(f"{self._input_title(number)}: waiting for a person's answer.")
+        if suspend:
+            answer = await asuspend_flow_run(wait_for_input=input_type, timeout=timeout)
+        else:
+            answer = await apause_flow_run(wait_for_input=input_type, timeout=timeout)
+        self._inputs.append(answer.model_dump(mode="json"))
+        run, told = self.run, list(self._inputs)
+        await with_retries(lambda: run.runtime.store.save_inputs(run.fence, told))
+        self._inputs_used = number
+        return answer
+
+    def _input_title(self, number: int) -> str:
+        name = f"input {number}"
+        return f"{self.workflow_id}, {name}" if not self.owns_run else name[:1].upper() + name[1:]
 
     def _replayed(self, stored: StepRecord, prompt: str) -> StepResult:
         check_same_prompt(stored, prompt)

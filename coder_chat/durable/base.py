@@ -267,6 +267,9 @@ class BaseStore(ABC):
     async def finish(self, fence: Fence, state: WorkflowState) -> None:
         await self._update_workflow(fence, {"state": state}, "finish")
 
+    async def save_inputs(self, fence: Fence, inputs: Sequence[Any]) -> None:
+        await self._update_workflow(fence, {"inputs": list(inputs)}, "save_inputs")
+
     async def list_workflows(
         self,
         tenant: str,

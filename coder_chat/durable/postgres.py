@@ -127,6 +127,9 @@ INSERT INTO {s}.meta (key, value) VALUES ('store_id', replace(gen_random_uuid():
     # version 2 would report such a body as malformed (records forbid unknown fields), so
     # the version tells it to upgrade instead; version 2 steps read back with prompt "".
     3: "",
+    # No table changes either: a workflow keeps what it was told between turns (its
+    # inputs) in its JSON body, which version 3 code would report as malformed.
+    4: "",
 }
 assert max(MIGRATIONS) == SCHEMA_VERSION, "every schema version needs its migration"
 

@@ -54,6 +54,9 @@ class WorkflowRecord(Record):
     #: Whether the workflow archives its chat when it ends (the sweep finishes the job
     #: for an ended workflow whose archive did not happen, and only then).
     archive_at_end: bool = True
+    #: What the workflow was told between its turns (a person's answer, in order): kept,
+    #: so that a run that goes again is told the same and decides the same.
+    inputs: list[Any] = Field(default_factory=list)
     updated_at: datetime = Field(default_factory=utcnow)
 
 

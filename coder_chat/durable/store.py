@@ -29,7 +29,7 @@ from .records import (
 )
 
 #: The schema version this code writes; a store holding a newer one is refused.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 
 class FencedOut(CoderStoreError):
@@ -118,6 +118,10 @@ class DurableStore(Protocol):
         ...
 
     async def heartbeat(self, fence: Fence) -> None: ...
+
+    async def save_inputs(self, fence: Fence, inputs: Sequence[Any]) -> None:
+        """What the workflow was told between turns, in order (JSON values), all of it."""
+        ...
 
     async def finish(self, fence: Fence, state: WorkflowState) -> None: ...
 

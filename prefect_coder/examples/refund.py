@@ -1,6 +1,5 @@
 import httpx
 from prefect import flow
-from prefect.flow_runs import apause_flow_run, asuspend_flow_run
 from prefect.input import RunInput
 from pydantic import BaseModel
 
@@ -47,11 +46,9 @@ async def refund_order(
             output=RefundPlan,
         )
         if plan.output.amount_cents > approval_above_cents:
-            # A person decides. Suspended, the run leaves its worker until it is resumed.
-            if suspend:
-                approval = await asuspend_flow_run(wait_for_input=Approval, timeout=86_400)
-            else:
-                approval = await apause_flow_run(wait_for_input=Approval, timeout=86_400)
+            # A person decides, once: a run that goes again is given the same answer.
+            # Suspended, the run leaves its worker until the answer comes.
+            approval = await chat.wait_for_input(Approval, timeout=86_400, suspend=suspend)
             if not approval.approved:
                 reply = await chat.turn("The refund was declined. Write to the customer.")
                 return reply.text

@@ -127,6 +127,21 @@ async def test_begin_run_takes_the_next_epoch_and_keeps_the_checkpoint(
     assert other.epoch == 1  # epochs are per workflow
 
 
+async def test_inputs_are_kept_fenced_and_survive_a_new_run(store: DurableStore) -> None:
+    """What a workflow was told between turns: written whole, fenced, kept across runs."""
+    first = await store.begin_run(T, "wf")
+    told = [{"approved": True}, "plain text", 7]
+    await store.save_inputs(first, told[:1])
+    await store.save_inputs(first, told)
+    record = await store.get_workflow(T, "wf")
+    assert record is not None and record.inputs == told
+    second = await store.begin_run(T, "wf")
+    with pytest.raises(FencedOut):
+        await store.save_inputs(first, [])
+    again = await store.get_workflow(T, "wf")
+    assert again is not None and again.inputs == told and again.epoch == second.epoch
+
+
 async def test_chat_round_trip(store: DurableStore) -> None:
     fence = await store.begin_run(T, "wf")
     assert await store.get_chat(T, "chat-1") is None

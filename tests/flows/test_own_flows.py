@@ -213,3 +213,20 @@ async def test_a_superseded_run_ends_superseded_and_sends_nothing_more(
     assert old.state.name == "Superseded" and "wf-taken · epoch 2" in (old.state.message or "")
     assert new.state is not None and new.state.is_completed()
     assert user_prompts(sim, "[wf-taken/step-2]") == 1  # B's; A never sent step 2
+
+
+async def test_a_persons_answer_is_kept_and_a_rerun_is_not_asked_again(
+    sim: Simulator, coder_env: Path, payments: Ledger
+) -> None:
+    """The answer given between turns is kept with the workflow: the same flow run again
+    replays its turns and is given the same answer, with no pause (it would wait here)."""
+    script_refund(sim, "12", 40_000)
+    running = asyncio.create_task(refund_order(order_id="12", complaint="Broken screen"))
+    paused = await wait_for_state("refund-12", StateType.PAUSED)
+    await aresume_flow_run(paused.id, run_input={"approved": True})
+    first = await running
+    workflow, _ = await store_snapshot(coder_env, str(sim.organization_id), "refund-12")
+    assert workflow.inputs == [{"approved": True}]
+    requests = len(sim.records.requests)
+    assert await refund_order(order_id="12", complaint="Broken screen") == first
+    assert len(sim.records.requests) == requests and list(payments.applied.values()) == [1]
