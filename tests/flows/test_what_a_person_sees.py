@@ -12,7 +12,12 @@ from uuid import UUID
 
 import pytest
 from prefect.client.orchestration import PrefectClient, get_client
-from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    LogFilter,
+    LogFilterFlowRunId,
+)
 from prefect.client.schemas.objects import Log, StateType
 from prefect.logging.handlers import APILogHandler
 from prefect.states import Running
@@ -167,7 +172,11 @@ async def test_a_run_of_many_workflows_names_them_in_its_name_and_every_line(
     async with get_client() as client:
         logs = await run_logs(client, run_id)
         flow_run = await client.read_flow_run(run_id)
-        artifacts = await client.read_artifacts()
+        artifacts = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                flow_run_id=ArtifactFilterFlowRunId(any_=[run_id, again_id])
+            )
+        )
     assert flow_run.name == "3 workflows: many-0, many-1, many-2"
     own = [g.message for g in logs if OWN.match(g.name) and g.level == logging.INFO]
     steps = [line for line in own if ": ran (" in line]
