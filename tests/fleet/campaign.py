@@ -9,6 +9,8 @@ and with ``fresh`` every schedule gets a new one.
 
 from __future__ import annotations
 
+import asyncio
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AsyncExitStack
@@ -67,6 +69,12 @@ async def run_campaign(options: CampaignOptions, out: Printer, note: Printer) ->
     return report
 
 
+def _keep_logs(root: Path, workdir: Path, schedule: FleetSchedule) -> None:
+    """The fleet's process logs as they stand (workers, server, simulator), for a schedule
+    worth reading about: the fleet's folder goes with the fleet."""
+    shutil.copytree(root / "logs", workdir / f"logs-{schedule.seed}-{schedule.index}")
+
+
 async def _one_fleet(
     options: CampaignOptions,
     pending: list[FleetSchedule],
@@ -88,7 +96,9 @@ async def _one_fleet(
         while pending:
             schedule = pending.pop(0)
             note(f"schedule {schedule.name}: {schedule.describe()}")
-            result = await run_schedule(fleet, schedule, store, root)
+            result = await run_schedule(fleet, schedule, store, options.workdir)
+            if result.findings.violations or result.error is not None:
+                await asyncio.to_thread(_keep_logs, root, options.workdir, schedule)
             report.results.append(result)
             note(schedule_line(len(report.results), total, result))
             if result.error is not None:

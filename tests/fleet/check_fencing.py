@@ -26,7 +26,7 @@ from prefect.client.schemas.objects import FlowRun, StateType
 from .coder_requests import Request
 from .evidence import Evidence
 from .journal import InFlight
-from .storelog import EpochTaken, Write, epochs
+from .storelog import EpochTaken, Write, ended, epochs
 from .verdicts import Findings
 
 #: How long after its request a late send's message may be committed (delays, replays).
@@ -112,6 +112,15 @@ def _concerns(write: Write, wf: str, chats: set[str]) -> bool:
 def _final_state(ev: Evidence, wf: str, old: EpochTaken, new: EpochTaken) -> Findings:
     findings = Findings()
     run = next((r for r in ev.runs[wf] if str(r.id) == old.flow_run_id), None)
+    end = ended(ev.writes, wf)
+    if end is not None and end.epoch == old.epoch and end.at < new.at:
+        # It had ended the workflow before the next epoch was taken: not superseded.
+        findings.figures.append(
+            f"{wf}: epoch {new.epoch} was taken at {new.at:%H:%M:%S.%f}, after run "
+            f"{ev.run_name(old.flow_run_id)} had ended the workflow {end.state} at "
+            f"{end.at:%H:%M:%S.%f} (a relaunch of an ended workflow)"
+        )
+        return findings
     if run is None:
         return findings
     successor = ev.run_name(new.flow_run_id)

@@ -1,102 +1,140 @@
 """How long recovery took, beside what the lab's limits allow (measured, and judged).
 
 For every fault that stopped a run's heartbeat (its host killed, cut off, or cut
-off from the store), the run that held a workflow then, and the run that took
-its next epoch: the successor must have been launched by the first sweep due
-once the heartbeat went stale, that is within **stale-heartbeat limit + one
-sweep interval** (plus a heartbeat and a few seconds of slack, plus any time
-Prefect's server was down) of the fault, then the sweep's own time to get going
-and act; and the workflow must have finished within that **plus the successor's
-own work** (its flow run, from creation to end). A fault healed before the
-heartbeat went stale may need no successor at all: then nothing is judged here.
+off from the store), take the run that held a workflow then, and the run that
+took its next epoch. The successor must have been launched by the first sweep
+due once the heartbeat went stale: within **stale-heartbeat limit + one sweep
+interval** of the fault (plus a heartbeat and a few seconds of slack, plus any
+time Prefect's server was down), and then the sweep's own time to start and act.
+The workflow must have finished within that **plus the successor's own work**
+(its flow run, from creation to end). An outage that outlasted all of that with
+no successor launched at all is a violation too; one healed sooner may need no
+successor, and then nothing is judged.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from prefect.client.schemas.objects import FlowRun
 
 from .evidence import Evidence
 from .faults import FaultRecord
-from .storelog import EpochTaken, epochs
+from .storelog import EpochTaken, ended, epochs
 from .verdicts import Findings
 
 #: Faults after which a run's heartbeat stops reaching the store.
 SILENCING = frozenset({"kill-host", "cut-host", "cut-store"})
 SLACK = 5.0
+#: A sweep's own time to start and act, when no relaunch measured it (a cold Python,
+#: Prefect's imports, on two loaded cores).
+SWEEP_START = 30.0
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One workflow whose holder a fault silenced."""
+
+    workflow_id: str
+    record: FaultRecord
+    held: EpochTaken
+    at: datetime
 
 
 def check_recovery(ev: Evidence) -> Findings:
     findings = Findings()
     for record in ev.played.faults:
-        if record.fault.kind not in SILENCING or record.started is None:
-            continue
-        for wf in ev.workflow_ids:
-            taken = epochs(ev.writes, wf)
-            hit = _held_at(taken, record)
-            if hit is not None:
-                findings.merge(_judge(ev, wf, record, hit, taken))
+        if record.fault.kind in SILENCING and record.started is not None:
+            for wf in ev.workflow_ids:
+                hit = _hit(ev, wf, record)
+                if hit is not None:
+                    findings.merge(_judge(ev, hit))
     return findings
 
 
-def _held_at(taken: list[EpochTaken], record: FaultRecord) -> EpochTaken | None:
-    """The epoch the fault's host held for the workflow when the fault began."""
+def _hit(ev: Evidence, wf: str, record: FaultRecord) -> Hit | None:
+    """The epoch the fault's host held for the workflow when the fault began, if any."""
     assert record.started is not None
-    before = [t for t in taken if t.at.timestamp() <= record.started]
-    held = before[-1] if before else None
-    return held if held is not None and held.flow_run_id in record.runs else None
+    before = [t for t in epochs(ev.writes, wf) if t.at.timestamp() <= record.started]
+    end = ended(ev.writes, wf)
+    if not before or before[-1].flow_run_id not in record.runs:
+        return None
+    if end is not None and end.at.timestamp() <= record.started:
+        return None
+    return Hit(wf, record, before[-1], datetime.fromtimestamp(record.started, before[-1].at.tzinfo))
 
 
-def _judge(
-    ev: Evidence, wf: str, record: FaultRecord, hit: EpochTaken, taken: list[EpochTaken]
-) -> Findings:
-    findings = Findings()
-    after = [t for t in taken if t.epoch > hit.epoch]
-    successor = _run(ev, wf, after[0].flow_run_id) if after else None
-    assert record.started is not None
-    fault_at = datetime.fromtimestamp(record.started, tz=hit.at.tzinfo)
-    finished = _finished_at(ev, wf)
+def _judge(ev: Evidence, hit: Hit) -> Findings:
+    after = [t for t in epochs(ev.writes, hit.workflow_id) if t.epoch > hit.held.epoch]
+    successor = _run(ev, hit.workflow_id, after[0].flow_run_id) if after else None
     if successor is None or successor.created is None:
-        healed = (
-            record.ended is not None and record.ended - record.started < ev.timings.stale_heartbeat
-        )
-        if not healed and finished is None:
-            findings.add("slow recovery", f"{wf}: no run took over after {record.describe()}")
-        return findings
-    sweep = _relauncher(ev, successor)
-    sweep_own = (
-        (successor.created - sweep.expected_start_time).total_seconds()
-        if sweep and sweep.expected_start_time
-        else 0.0
-    )
-    limit = _limit(ev, record) + max(0.0, sweep_own)
-    took = (successor.created - fault_at).total_seconds()
+        return _no_successor(ev, hit)
+    findings = Findings()
+    sweep_own = _sweep_own(ev, successor)
+    limit = _limit(ev) + sweep_own
+    took = (successor.created - hit.at).total_seconds()
     own = _own_work(successor)
-    total = (finished - fault_at).total_seconds() if finished else None
+    finished = _finished_at(ev, hit.workflow_id)
+    total = (finished - hit.at).total_seconds() if finished else None
+    what = f"{hit.record.fault.kind} on {hit.record.host}"
+    told = (
+        f"{total:.1f}s after it (allowed {limit + own + SLACK:.1f}s, of which the "
+        f"successor's own work {own:.1f}s)"
+        if total is not None
+        else "never"
+    )
     findings.figures.append(
-        f"{wf}: {record.fault.kind} on {record.host}: relaunched {took:.1f}s after the fault "
-        f"(allowed {limit:.1f}s, of which the sweep's own {sweep_own:.1f}s); finished "
-        + (
-            f"{total:.1f}s after it (allowed {limit + own + SLACK:.1f}s, of which the successor's own work {own:.1f}s)"
-            if total is not None
-            else "never"
-        )
+        f"{hit.workflow_id}: {what}: relaunched {took:.1f}s after the fault (allowed "
+        f"{limit:.1f}s, of which the sweep's own {sweep_own:.1f}s); finished {told}"
     )
     if took > limit:
         findings.add(
             "slow recovery",
-            f"{wf}: relaunched {took:.1f}s after {record.describe()}, allowed {limit:.1f}s",
+            f"{hit.workflow_id}: relaunched {took:.1f}s after {what}, allowed {limit:.1f}s",
         )
     elif total is not None and total > limit + own + SLACK and not _hit_again(ev, successor):
         findings.add(
             "slow recovery",
-            f"{wf}: finished {total:.1f}s after {record.describe()}, allowed {limit + own + SLACK:.1f}s",
+            f"{hit.workflow_id}: finished {total:.1f}s after {what}, allowed {limit + own + SLACK:.1f}s",
         )
     return findings
 
 
-def _limit(ev: Evidence, record: FaultRecord) -> float:
+def _no_successor(ev: Evidence, hit: Hit) -> Findings:
+    """No run took over: fine if the outage ended before one was due, else a violation."""
+    findings = Findings()
+    record = hit.record
+    assert record.started is not None
+    lasted = (record.ended or record.started) - record.started
+    allowed = _limit(ev) + SWEEP_START
+    if lasted > allowed:
+        findings.add(
+            "slow recovery",
+            f"{hit.workflow_id}: no run took over during the {lasted:.0f}s of "
+            f"{record.fault.kind} on {record.host} (one was due within {allowed:.0f}s); "
+            f"{_sweeps_during(ev, record)}",
+        )
+    return findings
+
+
+def _sweeps_during(ev: Evidence, record: FaultRecord) -> str:
+    """What the sweep runs due during the outage became, counted by their end state."""
+    assert record.started is not None
+    start = datetime.fromtimestamp(record.started).astimezone()
+    end = datetime.fromtimestamp(record.ended or record.started).astimezone()
+    counts: dict[str, int] = {}
+    for sweep in ev.sweeps:
+        due = sweep.expected_start_time
+        if due is not None and start <= due <= end:
+            state = sweep.state
+            said = f"{state.name}: {(state.message or '')[:60]}" if state else "no state"
+            counts[said] = counts.get(said, 0) + 1
+    told = "; ".join(f"{n}x {said}" for said, n in counts.items())
+    return f"sweeps due meanwhile: {told or 'none'}"
+
+
+def _limit(ev: Evidence) -> float:
     t = ev.timings
     down = sum(
         (r.ended or 0) - (r.started or 0)
@@ -110,11 +148,11 @@ def _run(ev: Evidence, wf: str, run_id: str) -> FlowRun | None:
     return next((r for r in ev.runs[wf] if str(r.id) == run_id), None)
 
 
-def _relauncher(ev: Evidence, successor: FlowRun) -> FlowRun | None:
-    """The sweep run that was running when the successor was created."""
+def _sweep_own(ev: Evidence, successor: FlowRun) -> float:
+    """From the relaunching sweep's due time to the relaunch: its own start and work."""
     created = successor.created
     assert created is not None
-    return next(
+    sweep = next(
         (
             s
             for s in ev.sweeps
@@ -124,6 +162,9 @@ def _relauncher(ev: Evidence, successor: FlowRun) -> FlowRun | None:
         ),
         None,
     )
+    if sweep is None or sweep.expected_start_time is None:
+        return 0.0
+    return max(0.0, float((created - sweep.expected_start_time).total_seconds()))
 
 
 def _own_work(run: FlowRun) -> float:
@@ -133,14 +174,8 @@ def _own_work(run: FlowRun) -> float:
 
 
 def _finished_at(ev: Evidence, wf: str) -> datetime | None:
-    for write in ev.writes:
-        if (
-            write.table == "workflows"
-            and write.params.get(2) == wf
-            and write.params.get(4) == "finished"
-        ):
-            return write.committed
-    return None
+    end = ended(ev.writes, wf)
+    return end.at if end is not None and end.state == "finished" else None
 
 
 def _hit_again(ev: Evidence, run: FlowRun) -> bool:

@@ -6,12 +6,14 @@ from .check_fencing import check_fencing
 from .check_outcomes import check_charges, check_finished, check_orphans, check_results
 from .check_recovery import check_recovery
 from .check_resends import check_resends
+from .check_sweeps import check_sweeps
 from .evidence import Evidence
 from .verdicts import Findings
 
 CHECKS = (
     check_finished,
     check_recovery,
+    check_sweeps,
     check_charges,
     check_results,
     check_resends,

@@ -52,7 +52,9 @@ def derive(seed: int, index: int, workers: int = 3) -> FleetSchedule:
         draw_workflow(rng, f"fl-{seed}-{index}-{chr(97 + n)}", queues[n % len(queues)])
         for n in range(3)
     )
-    faults = tuple(draw_fault(rng, workflows, hosts) for _ in range(rng.randint(2, 3)))
+    # Each fault follows a workflow of its own: two faults on one host mostly collide.
+    victims = rng.sample(workflows, k=rng.randint(2, 3))
+    faults = tuple(draw_fault(rng, victim, hosts) for victim in victims)
     return FleetSchedule(seed, index, workflows, faults)
 
 
@@ -73,9 +75,8 @@ def _step(rng: Random, kind: StepKind, amounts: object) -> Step:
     return draw_step(rng, kind, amounts)
 
 
-def draw_fault(rng: Random, workflows: tuple[FleetWorkflow, ...], hosts: list[str]) -> Fault:
+def draw_fault(rng: Random, victim: FleetWorkflow, hosts: list[str]) -> Fault:
     kind = rng.choices(list(FAULT_WEIGHTS), weights=list(FAULT_WEIGHTS.values()))[0]
-    victim = rng.choice(workflows)
     if rng.random() < 0.6:
         start = Moment(
             "step",
@@ -84,7 +85,8 @@ def draw_fault(rng: Random, workflows: tuple[FleetWorkflow, ...], hosts: list[st
             rng.randint(1, len(victim.steps) - 1),
         )
     else:
-        start = Moment("time", round(rng.uniform(5.0, 45.0), 1))
+        # Workflows launch within 8 s and take 10 to 20 s to start on two cores.
+        start = Moment("time", round(rng.uniform(20.0, 60.0), 1))
     if kind not in HOST_FAULTS:
         return Fault(kind, start)
     target = f"running:{victim.workflow_id}" if rng.random() < 0.8 else rng.choice(hosts)
@@ -113,7 +115,7 @@ def _end(rng: Random, kind: FaultKind, victim: FleetWorkflow) -> Moment:
 
 def _shape(rng: Random) -> Shape:
     return Shape(
-        rate_kbit=rng.choice((32, 64, 128)),
-        queue_packets=rng.randint(3, 10),
+        rate_kbit=rng.choice((16, 32, 64)),
+        queue_packets=rng.randint(2, 6),
         delay=round(rng.uniform(0.05, 0.4), 2),
     )

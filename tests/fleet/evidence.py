@@ -21,7 +21,7 @@ from .coder_requests import Request, read_requests
 from .config import Timings
 from .fleet import Fleet
 from .play import Played
-from .runs import deployment_runs, runs_of
+from .runs import deployment_runs, run_logs, runs_of
 from .storelog import Write, read_writes
 from .truth import Truth, read_truth
 from .witness import Witness
@@ -45,6 +45,8 @@ class Evidence:
     applied: dict[str, int]
     receipts: dict[str, str]
     witness: Witness
+    #: Each of those runs' log lines, as the API keeps them (a killed run's may be missing).
+    logs: dict[str, list[str]]
 
     @property
     def workflow_ids(self) -> list[str]:
@@ -71,6 +73,8 @@ async def gather(fleet: Fleet, played: Played, store: DurableStore) -> Evidence:
         since = played.started - timedelta(minutes=1)
         durable = await deployment_runs(client, "durable-chat", since)
         sweeps = await deployment_runs(client, "orphan-sweep", since)
+        ours = [r for i in ids for r in runs_of(durable, i)]
+        logs = {str(r.id): await run_logs(client, r.id) for r in ours}
     chats = [c.id for i in ids for c in truth.workflow_chats(i)]
     return Evidence(
         played=played,
@@ -87,4 +91,5 @@ async def gather(fleet: Fleet, played: Played, store: DurableStore) -> Evidence:
         applied=dict(fleet.payments.applied),
         receipts=dict(fleet.payments.receipts),
         witness=witness,
+        logs=logs,
     )

@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import StateType
+from prefect.states import Crashed
 
 from coder_chat.durable.store import DurableStore
 
@@ -36,6 +40,10 @@ from .runs import deployment_runs, ended, parameters
 from .truth import read_truth
 
 POLL = 1.0
+#: A run whose processes were seen this recently is alive.
+ALIVE = 3.0
+#: A sweep run with no live process for this long is stuck.
+STUCK = 60.0
 
 
 @dataclass(frozen=True)
@@ -86,6 +94,8 @@ async def play(
         with contextlib.suppress(asyncio.CancelledError):
             await watching
     await _wait(lambda: _quiet(fleet, played), limits.quiet, "quiet", played)
+    await _silence(fleet, played)
+    await _free_stuck_sweeps(fleet, played)
     await _wait(lambda: _swept(fleet, played), limits.sweep, "sweep", played)
     return played
 
@@ -132,19 +142,66 @@ async def _restart_dead_workers(fleet: Fleet, played: Played) -> None:
 
 
 async def _quiet(fleet: Fleet, played: Played) -> bool:
-    """Every run of the schedule's workflows over: ended in Prefect, or its processes gone."""
-    assert fleet.witness is not None
+    """Every run of the schedule's workflows is over: its processes gone, or (for a run
+    no process of which was ever seen) ended in Prefect. A run marked superseded may
+    well be alive: its process is what counts."""
+    return not await _still_running(fleet, played)
+
+
+async def _still_running(fleet: Fleet, played: Played) -> list[str]:
+    witness = fleet.witness
+    assert witness is not None
     ids = {w.workflow_id for w in played.schedule.workflows}
     async with get_client() as client:
         runs = await deployment_runs(client, "durable-chat", played.started - timedelta(minutes=1))
-    now = time.time()
+    now, running = time.time(), []
     for run in runs:
-        if run.parameters.get("workflow_id") not in ids or ended(run):
+        if run.parameters.get("workflow_id") not in ids:
             continue
-        seen = fleet.witness.runs.get(str(run.id))
-        if seen is None or now - seen.last < 3:
-            return False
-    return True
+        seen = witness.runs.get(str(run.id))
+        if (seen is not None and now - seen.last < ALIVE) or (seen is None and not ended(run)):
+            running.append(str(run.id))
+    return running
+
+
+async def _silence(fleet: Fleet, played: Played) -> None:
+    """Kill what is left of the schedule's runs after the quiet limit, so the next
+    schedule starts on a quiet fleet (and say so)."""
+    witness = fleet.witness
+    assert witness is not None
+    for run_id in await _still_running(fleet, played):
+        seen = witness.runs.get(run_id)
+        for pid in seen.pids if seen else ():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        played.notes.append(f"run {run_id} was still going after the quiet limit: killed")
+
+
+async def _free_stuck_sweeps(fleet: Fleet, played: Played) -> None:
+    """A sweep run left unfinished with no process alive (its host was killed) holds the
+    sweep's only slot: the schedule's checks report it; then the lab marks it crashed,
+    as Prefect's own zombie detection eventually would, so the next schedule starts
+    with a sweep that runs."""
+    witness = fleet.witness
+    assert witness is not None
+    now = time.time()
+    async with get_client() as client:
+        sweeps = await deployment_runs(
+            client, "orphan-sweep", played.started - timedelta(minutes=10)
+        )
+        for sweep in sweeps:
+            if sweep.state_type not in (StateType.PENDING, StateType.RUNNING):
+                continue
+            seen = witness.runs.get(str(sweep.id))
+            if seen is not None and now - seen.last < STUCK:
+                continue
+            if seen is None and (sweep.created is None or now - sweep.created.timestamp() < STUCK):
+                continue
+            message = "fleet lab: no process of this run is alive (its host was killed)"
+            await client.set_flow_run_state(sweep.id, Crashed(message=message), force=True)
+            played.notes.append(
+                f"sweep run {sweep.name} was left {sweep.state_name} with no process: marked crashed"
+            )
 
 
 async def _swept(fleet: Fleet, played: Played) -> bool:

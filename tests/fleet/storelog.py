@@ -122,3 +122,28 @@ def epochs(writes: list[Write], workflow_id: str) -> list[EpochTaken]:
             run = str(body.get("flow_run_id") or "")
             taken[epoch] = EpochTaken(workflow_id, epoch, run, write.committed, write.src)
     return [taken[e] for e in sorted(taken)]
+
+
+@dataclass(frozen=True)
+class Ended:
+    workflow_id: str
+    state: str
+    epoch: int
+    at: datetime
+
+
+def ended(writes: list[Write], workflow_id: str) -> Ended | None:
+    """When the workflow was first written finished (or failed), and by which epoch."""
+    for write in writes:
+        state = write.params.get(4)
+        if (
+            write.table == "workflows"
+            and write.params.get(2) == workflow_id
+            and state
+            in (
+                "finished",
+                "failed",
+            )
+        ):
+            return Ended(workflow_id, str(state), int(write.body.get("epoch", 0)), write.committed)
+    return None

@@ -30,6 +30,16 @@ def timeline(ev: Evidence, findings: Findings) -> list[str]:
     lines += [f"unattributed: {u}" for u in findings.unattributed]
     lines += [f"note: {n}" for n in ev.played.notes]
     lines += ["", "faults:"] + [f"  {_fault(r, origin)}" for r in ev.played.faults]
+    lines += ["", "sweeps:"] + [
+        f"  due {_at(s.expected_start_time, origin)} {s.name} on {ev.host_of(str(s.id))}: "
+        f"{s.state_type.value if s.state_type else '-'}/{s.state_name} "
+        f"{((s.state.message if s.state else '') or '')[:100]}"
+        for s in ev.sweeps
+        if s.expected_start_time
+        and s.expected_start_time >= origin
+        and s.state_type
+        and s.state_type.value != "SCHEDULED"
+    ]
     for wf in ev.workflow_ids:
         lines += ["", f"workflow {wf}:", *_workflow(ev, wf, origin)]
     return lines
@@ -54,11 +64,18 @@ def _workflow(ev: Evidence, wf: str, origin: datetime) -> list[str]:
         state = run.state
         said = f"{state.type.value}/{state.name} {(state.message or '')[:200]}" if state else "-"
         lines.append(f"  run {run.name} {run.id} on {ev.host_of(str(run.id))}: {said}")
+        lines += [f"    log {line[:240]}" for line in ev.logs.get(str(run.id), [])]
     chats = {c.id for c in ev.truth.workflow_chats(wf)}
     lines += [
         f"  {_at(r.at, origin)} {r.action} {r.path} by {r.flow_run_id or '?'} ({r.host or r.src})"
         for r in ev.requests
         if r.action and (r.chat_id in chats)
+    ]
+    lines += [
+        f"  {_at(a.at, origin)} accepted {a.kind} {a.http_status} {a.tool_call_id}"
+        f"{' synthetic' if a.synthetic else ''}"
+        for a in (*ev.truth.interrupts, *ev.truth.tool_results, *ev.truth.archives)
+        if a.chat_id in chats
     ]
     for chat in ev.truth.workflow_chats(wf):
         lines.append(f"  chat {chat.id} [{chat.status}] archived={chat.archived}")

@@ -15,6 +15,7 @@ Category = Literal[
     "fenced run reached Coder",
     "fenced run wrote",
     "superseded run's state",
+    "sweep blocked",
 ]
 CATEGORIES: tuple[Category, ...] = (
     "unfinished workflows",
@@ -26,6 +27,7 @@ CATEGORIES: tuple[Category, ...] = (
     "fenced run reached Coder",
     "fenced run wrote",
     "superseded run's state",
+    "sweep blocked",
 )
 
 
