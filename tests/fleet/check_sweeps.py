@@ -4,8 +4,8 @@
 cancelled on collision). A sweep run that holds the slot and never ends (its
 host killed while it was submitted or running) refuses every sweep after it,
 and with them every relaunch and every orphan retired. Judged over the schedule:
-``STRETCH`` sweeps in a row cancelled for the limit is a violation, naming the
-run that held the slot.
+``STRETCH`` sweeps in a row cancelled for the limit (more than a minute) is a
+violation, naming the run that held the slot.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from prefect.client.schemas.objects import FlowRun, StateType
 from .evidence import Evidence
 from .verdicts import Findings
 
-STRETCH = 3
+#: Refusals in a row that one slow sweep (a cold start on loaded cores) does not explain.
+STRETCH = 4
 REFUSED = "concurrency limit"
 
 

@@ -37,10 +37,12 @@ class Timings:
     #: The sweep's schedule, overriding the YAML's every-5-minutes cron.
     sweep_interval: int = 20
     #: Longer than a step's deadline: a step checkpoints when it ends.
-    orphan_age: float = 40.0
+    orphan_age: float = 75.0
     stuck_after: float = 600.0
-    request_timeout: float = 6.0
-    step_deadline: float = 30.0
+    #: A turn's silent stretch may last this long: the lab's sleeps (at most 6 s) must
+    #: fit in it on two loaded cores, or every attempt is cut short and sent again.
+    request_timeout: float = 15.0
+    step_deadline: float = 60.0
     #: Generous: a campaign may strand one workflow several times over.
     max_relaunches: int = 10
 

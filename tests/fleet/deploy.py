@@ -31,7 +31,7 @@ SWEEP_NAME = "orphan-sweep"
 
 
 def lab_yaml(fleet: Fleet) -> dict[str, Any]:
-    """``deployments/prefect.yaml`` with the sweep's schedule and parameters overridden."""
+    """``deployments/prefect.yaml`` with the sweep's schedule, parameters and queue overridden."""
     config: dict[str, Any] = yaml.safe_load(SOURCE.read_text())
     for deployment in config["deployments"]:
         if deployment["name"] == SWEEP_NAME:
@@ -39,6 +39,11 @@ def lab_yaml(fleet: Fleet) -> dict[str, Any]:
             deployment["schedules"] = [
                 {"interval": fleet.timings.sweep_interval, "slug": "fleet-lab-sweep"}
             ]
+            # A copy: the YAML's deployments share one work_pool mapping (an anchor).
+            deployment["work_pool"] = {
+                **deployment["work_pool"],
+                "work_queue_name": fleet.sweep_queue,
+            }
     return config
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from coder_chat.errors import CoderError
 
-from .fleet import Fleet, sweeps_on
+from .fleet import Fleet
 from .journal import InFlight, in_flight
 from .net import Host
 from .observe import Observer
@@ -23,8 +23,6 @@ from .plan import Fault, Moment
 
 #: The longest an end moment waits for its event (an epoch that never comes, say).
 END_FALLBACK = 90.0
-#: How long a fault that spares sweeps waits for the host to have none.
-SPARE_SWEEPS_WITHIN = 60.0
 #: Faults that leave a host unable to work at all.
 DISABLING = frozenset({"kill-host", "cut-host"})
 
@@ -37,6 +35,8 @@ class FaultRecord:
     ended: float | None = None
     #: Flow runs whose processes were alive on the host when the fault began.
     runs: list[str] = field(default_factory=list)
+    #: The run holding the workflow the fault was aimed at (``running:<workflow>``), then.
+    aimed: str = ""
     #: Sends the journal showed in flight on the host's workflows when the fault began.
     in_flight: list[InFlight] = field(default_factory=list)
     note: str = ""
@@ -66,12 +66,12 @@ class Injector:
         host = self._target(fault, record)
         if host is None and fault.kind not in ("restart-store", "restart-prefect"):
             return record
-        if host is not None and fault.spare_sweeps:
-            await self._no_sweep_on(host, record)
         end = fault.end
         # An end at "epoch 0" waits for the epoch after the one held now.
         epoch_now = self.observer.epoch(end.workflow_id) if end and end.kind == "epoch" else 0
         record.started, undone = time.time(), end is None
+        if fault.target.startswith("running:"):
+            record.aimed = self.observer.holder(fault.target.removeprefix("running:")) or ""
         if host is not None:
             record.host, record.runs = host.name, self._runs_on(host)
             record.in_flight = await self._in_flight(host)
@@ -128,16 +128,6 @@ class Injector:
                 self.disabled.add(host.name)
             return host
         return None
-
-    async def _no_sweep_on(self, host: Host, record: FaultRecord) -> None:
-        """Wait (a while) until no sweep run is on ``host``: submitted by its worker, or
-        seen alive there, and not ended."""
-        give_up = time.monotonic() + SPARE_SWEEPS_WITHIN
-        while time.monotonic() < give_up:
-            if not await sweeps_on(self.fleet, host):
-                return
-            await asyncio.sleep(0.2)
-        record.note = f"a sweep was still on {host.name} after {SPARE_SWEEPS_WITHIN:.0f}s"
 
     def _runs_on(self, host: Host) -> list[str]:
         assert self.fleet.witness is not None

@@ -6,10 +6,7 @@ import asyncio
 import re
 import shlex
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-
-from prefect.client.orchestration import get_client
 
 from prefect_coder.payments import Ledger
 from tests.integration.procs import Proc, Processes, clean_env, http_ok, until, wait_for_line
@@ -28,7 +25,6 @@ from .config import (
 )
 from .net import Host, Network
 from .pg import HostPg
-from .runs import deployment_runs, ended
 from .witness import Witness
 
 STARTUP = 180.0
@@ -57,6 +53,8 @@ class Fleet:
     store_pg: HostPg
     payments: Ledger
     payments_url: str = ""
+    #: The work queue the sweep is deployed to (``default``: any worker runs it).
+    sweep_queue: str = "default"
     coder: Coder | None = None
     server: Proc | None = None
     workers: dict[str, Proc] = field(default_factory=dict)
@@ -182,20 +180,3 @@ async def build_network(slot: slots.Slot, workers: int) -> tuple[Network, dict[s
     names = ["ctl", "coder", "store", *(f"w{n}" for n in range(1, workers + 1))]
     hosts = {name: await net.add_host(name, ADDRESSES[name]) for name in names}
     return net, hosts
-
-
-async def sweeps_on(fleet: Fleet, host: Host) -> list[str]:
-    """The unfinished sweep runs on ``host``: its worker submitted them, or the witness
-    saw their processes there."""
-    worker = fleet.workers.get(host.name)
-    submitted = (
-        set(re.findall(r"submitting flow run '([0-9a-f-]+)'", worker.output())) if worker else set()
-    )
-    seen = {
-        r for r, s in (fleet.witness.runs.items() if fleet.witness else ()) if s.host == host.name
-    }
-    async with get_client() as client:
-        sweeps = await deployment_runs(
-            client, "orphan-sweep", datetime.now(UTC) - timedelta(minutes=10)
-        )
-    return [str(s.id) for s in sweeps if not ended(s) and str(s.id) in submitted | seen]

@@ -37,6 +37,7 @@ async def open_fleet(
     *,
     keep: bool = False,
     say: Callable[[str], None] = print,
+    sweep_queue: str = "default",
 ) -> AsyncIterator[Fleet]:
     """A running fleet (this process's Prefect settings pointing at its server); torn
     down on the way out, whatever happened."""
@@ -44,6 +45,7 @@ async def open_fleet(
     try:
         async with AsyncExitStack() as stack:
             fleet = await _fleet(stack, root, slot, workers, timings or Timings())
+            fleet.sweep_queue = sweep_queue
             stack.enter_context(temporary_settings(updates={PREFECT_API_URL: fleet.api_url}))
             await _start(fleet, say)
             fleet.witness = Witness(fleet.worker_hosts)

@@ -73,16 +73,13 @@ class Fault:
     end: Moment | None = None
     how: CutHow = "silent"
     shape: Shape | None = None
-    #: Wait until no sweep run is on the host before striking (see :mod:`.scenarios`).
-    spare_sweeps: bool = False
 
     def describe(self) -> str:
         target = f" {self.target}" if self.target else ""
         how = f" {self.how}" if self.kind in ("cut-store", "cut-coder") else ""
         shape = f" {self.shape.describe()}" if self.shape else ""
         end = f" until {self.end.describe()}" if self.end else ""
-        spare = " (sparing sweeps)" if self.spare_sweeps else ""
-        return f"{self.kind}{target}{how}{shape} at {self.start.describe()}{end}{spare}"
+        return f"{self.kind}{target}{how}{shape} at {self.start.describe()}{end}"
 
 
 @dataclass(frozen=True)
