@@ -4,11 +4,11 @@
   completed (a workflow failed for good, or still running, is a violation; one in a
   schedule where Prefect's server was restarted says so).
 - **results**: each step's stored answer (the store is the record of progress) is
-  the server's committed answer to one of its whole attempts, and carries the
-  receipt of each charge the step made.
-- **charges**: a logical call (workflow, step, amount) is applied under one
-  idempotency key, once; a planned charge of a finished workflow that was never
-  applied is a lost result.
+  the server's committed answer to one of its whole attempts.
+- **charges** (every effect once): a logical call (workflow, step, amount) is
+  applied under one idempotency key, once; for a finished workflow, every planned
+  charge was applied, its receipt is in the step's stored answer, and no ledger
+  entry is left ``committing``.
 - **orphans**: no chat of the schedule's workflows is left unarchived.
 """
 
@@ -23,6 +23,7 @@ from coder_chat.durable.records import WorkflowState
 
 from .check_resends import classify
 from .evidence import Evidence
+from .plan import FleetWorkflow
 from .verdicts import Findings
 
 Call = tuple[str, int | None, int]
@@ -66,26 +67,60 @@ def logical_calls(ev: Evidence) -> dict[Call, set[str]]:
 
 
 def check_charges(ev: Evidence) -> Findings:
+    """Every effect once: never under two keys; and, for a finished workflow, applied,
+    its receipt in the step's stored answer, and its ledger entry ``done``."""
     findings = Findings()
-    for (wf, step, amount), keys in sorted(logical_calls(ev).items(), key=str):
-        if len(keys) > 1:
+    calls = logical_calls(ev)
+    for (wf, number, amount), booked in sorted(calls.items(), key=str):
+        if len(booked) > 1:
             findings.add(
-                "double charges", f"{wf} step {step}: {amount} cents under {len(keys)} keys"
+                "double charges", f"{wf} step {number}: {amount} cents under {len(booked)} keys"
             )
+    for workflow in _finished(ev):
+        findings.merge(_applied(ev, workflow, calls))
+        findings.merge(_ledger_done(ev, workflow.workflow_id))
+    return findings
+
+
+def _applied(ev: Evidence, workflow: FleetWorkflow, calls: dict[Call, set[str]]) -> Findings:
+    findings, wf = Findings(), workflow.workflow_id
+    stored = {s.step: s.text for s in ev.steps[wf]}
+    for number, step in enumerate(workflow.steps, start=1):
+        for amount in step.amounts:
+            keys = sorted(calls.get((wf, number, amount), set()))
+            if not keys:
+                findings.add("lost effects", f"{wf} step {number}: {amount} cents never charged")
+            elif f"charged {amount} cents: receipt {ev.receipts[keys[0]]}" not in stored.get(
+                number, ""
+            ):
+                findings.add(
+                    "lost effects",
+                    f"{wf} step {number}: no receipt of {amount} cents in its result",
+                )
+    return findings
+
+
+def _ledger_done(ev: Evidence, wf: str) -> Findings:
+    findings = Findings()
+    for chat in ev.truth.workflow_chats(wf):
+        for entry in ev.ledger.get(chat.id, []):
+            if entry.state != "done":
+                findings.add(
+                    "lost effects",
+                    f"{wf}: the ledger entry of {entry.tool_name} call {entry.tool_call_id} "
+                    f"({entry.marker}) was left {entry.state} by a finished workflow",
+                )
     return findings
 
 
 def check_results(ev: Evidence) -> Findings:
+    """Each finished step's stored answer is the server's answer to a whole attempt."""
     findings = Findings()
-    calls = logical_calls(ev)
     in_flight = [f for record in ev.played.faults for f in record.in_flight]
-    for workflow in ev.played.schedule.workflows:
+    for workflow in _finished(ev):
         wf = workflow.workflow_id
-        record = ev.workflows[wf]
-        if record is None or record.state != WorkflowState.FINISHED:
-            continue  # reported as unfinished
         stored = {s.step: s for s in ev.steps[wf]}
-        for number, step in enumerate(workflow.steps, start=1):
+        for number in range(1, len(workflow.steps) + 1):
             result = stored.get(number)
             if result is None:
                 findings.add("lost results", f"{wf} step {number}: no stored result")
@@ -100,18 +135,17 @@ def check_results(ev: Evidence) -> Findings:
                     "lost results",
                     f"{wf} step {number}: {result.text[:80]!r} is not the committed answer",
                 )
-            for amount in step.amounts:
-                keys = sorted(calls.get((wf, number, amount), set()))
-                receipt = ev.receipts[keys[0]] if keys else None
-                if receipt is None:
-                    findings.add(
-                        "lost results", f"{wf} step {number}: {amount} cents never charged"
-                    )
-                elif f"charged {amount} cents: receipt {receipt}" not in result.text:
-                    findings.add(
-                        "lost results", f"{wf} step {number}: no receipt of {amount} cents"
-                    )
     return findings
+
+
+def _finished(ev: Evidence) -> list[FleetWorkflow]:
+    """The schedule's workflows the store holds finished (the others are reported unfinished)."""
+    return [
+        w
+        for w in ev.played.schedule.workflows
+        if (record := ev.workflows[w.workflow_id]) is not None
+        and record.state == WorkflowState.FINISHED
+    ]
 
 
 def check_orphans(ev: Evidence) -> Findings:

@@ -19,7 +19,7 @@ from .fleet import Fleet
 from .journal import InFlight, in_flight
 from .net import Host
 from .observe import Observer
-from .plan import Fault, Moment
+from .plan import HOST_FAULTS, Fault, Moment
 
 #: The longest an end moment waits for its event (an epoch that never comes, say).
 END_FALLBACK = 90.0
@@ -64,37 +64,39 @@ class Injector:
         await self._reach(fault.start, self.started, limit=None)
         record.note = ""
         host = self._target(fault, record)
-        if host is None and fault.kind not in ("restart-store", "restart-prefect"):
+        if host is None and fault.kind in HOST_FAULTS:
             return record
+        end = self._end(fault)
+        await self._begin(fault, host, record)
+        try:
+            await self._do(fault, host, record)
+            if end is not None:
+                await self._reach(end, time.monotonic(), END_FALLBACK)
+        finally:
+            # Also when cancelled mid-fault (the schedule ended, or Ctrl-C): heal first.
+            if host is not None:
+                await asyncio.shield(self._undo(fault, host, record))
+                self.busy.discard(host.name)
+                self.disabled.discard(host.name)
+            record.ended = time.time()
+        return record
+
+    def _end(self, fault: Fault) -> Moment | None:
+        """The fault's end, with an "epoch 0" made the epoch after the one held now."""
         end = fault.end
-        # An end at "epoch 0" waits for the epoch after the one held now.
-        epoch_now = self.observer.epoch(end.workflow_id) if end and end.kind == "epoch" else 0
-        record.started, undone = time.time(), end is None
+        if end is None or end.kind != "epoch" or end.number:
+            return end
+        number = self.observer.epoch(end.workflow_id) + 1
+        return Moment(end.kind, end.delay, end.workflow_id, number)
+
+    async def _begin(self, fault: Fault, host: Host | None, record: FaultRecord) -> None:
+        """What the record must say of the moment the fault strikes."""
+        record.started = time.time()
         if fault.target.startswith("running:"):
             record.aimed = self.observer.holder(fault.target.removeprefix("running:")) or ""
         if host is not None:
             record.host, record.runs = host.name, self._runs_on(host)
             record.in_flight = await self._in_flight(host)
-        try:
-            await self._do(fault, host, record)
-            if end is not None and host is not None:
-                number = end.number or epoch_now + 1
-                await self._reach(
-                    Moment(end.kind, end.delay, end.workflow_id, number),
-                    time.monotonic(),
-                    END_FALLBACK,
-                )
-                undone = True
-                await self._undo(fault, host, record)
-        finally:
-            if not undone and host is not None:
-                # Cancelled mid-fault (the schedule ended, or Ctrl-C): heal before leaving.
-                await asyncio.shield(self._undo(fault, host, record))
-            record.ended = time.time()
-            if host is not None:
-                self.busy.discard(host.name)
-                self.disabled.discard(host.name)
-        return record
 
     async def _reach(self, moment: Moment, since: float, limit: float | None) -> None:
         """Wait for ``moment`` (a time after ``since``, or a workflow's event, for at most
