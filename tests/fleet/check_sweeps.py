@@ -22,9 +22,20 @@ REFUSED = "concurrency limit"
 
 def check_sweeps(ev: Evidence) -> Findings:
     findings = Findings()
-    end = ev.played.all_ended or max(
-        (s.expected_start_time for s in ev.sweeps if s.expected_start_time), default=None
-    )
+    stretch = _longest_refusal(ev)
+    if len(stretch) >= STRETCH:
+        findings.add(
+            "sweep blocked",
+            f"{len(stretch)} scheduled sweeps in a row were cancelled ('Deployment concurrency "
+            f"limit reached'), the first due {stretch[0].expected_start_time:%H:%M:%S}; the slot "
+            f"was held by {_holder(ev, stretch[0])}",
+        )
+    return findings
+
+
+def _longest_refusal(ev: Evidence) -> list[FlowRun]:
+    """The longest run of consecutive refused sweeps due during the schedule's work."""
+    end = ev.played.all_ended
     due = [
         s
         for s in ev.sweeps
@@ -33,18 +44,12 @@ def check_sweeps(ev: Evidence) -> Findings:
         and (end is None or s.expected_start_time <= end)
         and s.state_type != StateType.SCHEDULED
     ]
-    run, longest = 0, 0
+    longest: list[FlowRun] = []
+    current: list[FlowRun] = []
     for sweep in due:
-        run = run + 1 if _refused(sweep) else 0
-        longest = max(longest, run)
-    if longest >= STRETCH:
-        holder = _holder(ev, due)
-        findings.add(
-            "sweep blocked",
-            f"{longest} scheduled sweeps in a row were cancelled ('Deployment concurrency "
-            f"limit reached'); the slot was held by {holder}",
-        )
-    return findings
+        current = [*current, sweep] if _refused(sweep) else []
+        longest = current if len(current) > len(longest) else longest
+    return longest
 
 
 def _refused(sweep: FlowRun) -> bool:
@@ -54,26 +59,25 @@ def _refused(sweep: FlowRun) -> bool:
     )
 
 
-def _holder(ev: Evidence, due: list[FlowRun]) -> str:
-    """The sweep run that was unfinished when the first refusal came: it held the slot."""
-    first = next((s for s in due if _refused(s)), None)
-    refused_at = first.start_time or first.expected_start_time if first else None
-    if refused_at is None:
-        return "?"
+def _holder(ev: Evidence, refused: FlowRun) -> str:
+    """The sweep run that was unfinished when ``refused`` was refused: it held the slot."""
+    at = refused.start_time or refused.expected_start_time
+    assert at is not None
     holding = [
         s
         for s in ev.sweeps
         if not _refused(s)
         and s.state_type != StateType.SCHEDULED
         and (began := s.start_time or s.expected_start_time) is not None
-        and began <= refused_at
-        and (s.end_time is None or s.end_time >= refused_at)
+        and began <= at
+        and (s.end_time is None or s.end_time >= at)
     ]
     if not holding:
         return "no sweep run unfinished at the time (the slot leaked)"
     s = holding[-1]
-    ended = f"until {s.end_time:%H:%M:%S}" if s.end_time else "never ended"
+    ended = f"ended {s.end_time:%H:%M:%S}" if s.end_time else "never ended"
     return (
-        f"sweep run {s.name} ({s.id}) on {ev.host_of(str(s.id))}, started "
-        f"{s.start_time or s.expected_start_time:%H:%M:%S}, {ended} ({s.state_name})"
+        f"sweep run {s.name} ({s.id}), last seen on {ev.host_of(str(s.id))}, due "
+        f"{s.expected_start_time:%H:%M:%S}, {ended}, {s.state_type.value if s.state_type else '?'}"
+        f"/{s.state_name}"
     )

@@ -34,7 +34,7 @@ from coder_chat.durable.store import DurableStore
 from .config import DURABLE_CHAT
 from .faults import FaultRecord, Injector
 from .fleet import Fleet
-from .observe import Observer
+from .observe import Observer, Progress
 from .plan import FleetSchedule, FleetWorkflow
 from .runs import deployment_runs, ended, parameters
 from .truth import read_truth
@@ -82,7 +82,9 @@ async def play(
         await asyncio.gather(*(_launch(fleet, w, played) for w in schedule.workflows))
 
         async def all_ended() -> bool:
-            return all(observer.ended(i) for i in ids)
+            unbegun = [i for i in ids if observer.progress.get(i, Progress()).record is None]
+            lost = await _lost(played, unbegun) if unbegun else set()
+            return all(observer.ended(i) or i in lost for i in ids)
 
         await _wait(all_ended, limits.work, "work", played)
         played.all_ended = datetime.now(UTC)
@@ -110,6 +112,19 @@ async def _launch(fleet: Fleet, workflow: FleetWorkflow, played: Played) -> None
             work_queue_name=workflow.queue,
         )
     played.launched[workflow.workflow_id] = str(run.id)
+
+
+async def _lost(played: Played, unbegun: list[str]) -> set[str]:
+    """Workflows the store never heard of whose every flow run has ended: nothing will
+    ever run them again (the sweep knows only what the store knows)."""
+    async with get_client() as client:
+        runs = await deployment_runs(client, "durable-chat", played.started - timedelta(minutes=1))
+    lost = set()
+    for workflow_id in unbegun:
+        theirs = [r for r in runs if r.parameters.get("workflow_id") == workflow_id]
+        if theirs and all(ended(r) for r in theirs):
+            lost.add(workflow_id)
+    return lost
 
 
 async def _wait(
