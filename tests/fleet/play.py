@@ -80,13 +80,7 @@ async def play(
     faults = [asyncio.create_task(injector.play(f)) for f in schedule.faults]
     try:
         await asyncio.gather(*(_launch(fleet, w, played) for w in schedule.workflows))
-
-        async def all_ended() -> bool:
-            unbegun = [i for i in ids if observer.progress.get(i, Progress()).record is None]
-            lost = await _lost(played, unbegun) if unbegun else set()
-            return all(observer.ended(i) or i in lost for i in ids)
-
-        await _wait(all_ended, limits.work, "work", played)
+        await _wait(lambda: _work_over(observer, played), limits.work, "work", played)
         played.all_ended = datetime.now(UTC)
     finally:
         await _cancel(faults)
@@ -112,6 +106,14 @@ async def _launch(fleet: Fleet, workflow: FleetWorkflow, played: Played) -> None
             work_queue_name=workflow.queue,
         )
     played.launched[workflow.workflow_id] = str(run.id)
+
+
+async def _work_over(observer: Observer, played: Played) -> bool:
+    """Every workflow ended in the store, or lost before the store heard of it."""
+    ids = observer.workflow_ids
+    unbegun = [i for i in ids if observer.progress.get(i, Progress()).record is None]
+    lost = await _lost(played, unbegun) if unbegun else set()
+    return all(observer.ended(i) or i in lost for i in ids)
 
 
 async def _lost(played: Played, unbegun: list[str]) -> set[str]:
