@@ -10,6 +10,8 @@ violation, naming the run that held the slot.
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from prefect.client.schemas.objects import FlowRun, StateType
 
 from .evidence import Evidence
@@ -59,6 +61,13 @@ def _refused(sweep: FlowRun) -> bool:
     )
 
 
+def _began(sweep: FlowRun) -> datetime | None:
+    """When a sweep could first have held the slot (a run marked crashed without ever
+    starting gets its start time then, long after it took the slot)."""
+    times = [t for t in (sweep.expected_start_time, sweep.start_time) if t is not None]
+    return min(times, default=None)
+
+
 def _holder(ev: Evidence, refused: FlowRun) -> str:
     """The sweep run that was unfinished when ``refused`` was refused: it held the slot."""
     at = refused.start_time or refused.expected_start_time
@@ -68,7 +77,7 @@ def _holder(ev: Evidence, refused: FlowRun) -> str:
         for s in ev.sweeps
         if not _refused(s)
         and s.state_type != StateType.SCHEDULED
-        and (began := s.start_time or s.expected_start_time) is not None
+        and (began := _began(s)) is not None
         and began <= at
         and (s.end_time is None or s.end_time >= at)
     ]
