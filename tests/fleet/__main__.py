@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -33,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     # Before Prefect is imported: this process's own Prefect home, and no telemetry.
     os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="pcfleet-driver-home-")
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-    from .campaign import CampaignOptions, run_campaign
+    from .campaign import CampaignOptions, CampaignReport, run_campaign
     from .capable import missing
 
     lacking = missing()
@@ -56,9 +57,33 @@ def main(argv: list[str] | None = None) -> int:
     def note(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    report = asyncio.run(run_campaign(options, out=print, note=note))
+    async def campaign() -> CampaignReport:
+        stop_on_signals(asyncio.current_task())
+        return await run_campaign(options, out=print, note=note)
+
+    try:
+        report = asyncio.run(campaign())
+    except asyncio.CancelledError:
+        note(f"fleet: stopped by a signal; the fleet was torn down (timelines under {workdir})")
+        return 130
     note(f"fleet: timelines under {workdir}")
     return 0 if report.violations == 0 and report.errors == 0 else 1
+
+
+def stop_on_signals(task: asyncio.Task[object] | None) -> None:
+    """Ctrl-C or a plain ``kill`` cancels the campaign, so that the fleet is torn down
+    on the way out (also when the shell started it with SIGINT ignored). Once only: a
+    second signal during the teardown is left to the next lab's cleanup of stale slots."""
+    assert task is not None
+    loop = asyncio.get_running_loop()
+
+    def cancel() -> None:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+        task.cancel()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, cancel)
 
 
 if __name__ == "__main__":
