@@ -8,6 +8,7 @@ faults it played, the witness's sightings of flow runs on hosts).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -47,6 +48,8 @@ class Evidence:
     witness: Witness
     #: Each of those runs' log lines, as the API keeps them (a killed run's may be missing).
     logs: dict[str, list[str]]
+    #: Flow run id -> the worker host that submitted it (from the workers' own logs).
+    submitted: dict[str, str]
 
     @property
     def workflow_ids(self) -> list[str]:
@@ -60,8 +63,9 @@ class Evidence:
         return flow_run_id
 
     def host_of(self, flow_run_id: str) -> str:
+        """Where the run's processes were seen, else which worker submitted it."""
         seen = self.witness.runs.get(flow_run_id)
-        return seen.host if seen else "?"
+        return seen.host if seen else self.submitted.get(flow_run_id, "?")
 
 
 async def gather(fleet: Fleet, played: Played, store: DurableStore) -> Evidence:
@@ -92,4 +96,17 @@ async def gather(fleet: Fleet, played: Played, store: DurableStore) -> Evidence:
         receipts=dict(fleet.payments.receipts),
         witness=witness,
         logs=logs,
+        submitted=submissions(fleet),
     )
+
+
+def submissions(fleet: Fleet) -> dict[str, str]:
+    """Which worker host submitted each flow run, from every worker's log (a killed
+    host's old worker included)."""
+    found: dict[str, str] = {}
+    for proc in fleet.procs.started:
+        if proc.name.startswith("worker-"):
+            host = proc.name.removeprefix("worker-")
+            for run_id in re.findall(r"submitting flow run '([0-9a-f-]+)'", proc.output()):
+                found.setdefault(run_id, host)
+    return found

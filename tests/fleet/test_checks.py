@@ -81,6 +81,7 @@ def evidence(requests: list[Request], writes: list[Write], state_of_a: State) ->
         receipts={},
         witness=witness,
         logs={},
+        submitted={},
     )
 
 
