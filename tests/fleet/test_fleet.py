@@ -120,9 +120,10 @@ async def test_a_superseded_run_writes_nothing(played: ScheduleResult) -> None:
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "known product failure: a superseded run that comes back ends Failed (FencedOut) "
-        "instead of superseded; its successor marks it Cancelled/Superseded, then its own "
-        "failure overwrites that state"
+        "known product failure: a superseded run that comes back ends Failed instead of "
+        "superseded; its successor marks it Cancelled/Superseded, then the old run's own "
+        "failure (FencedOut on its first write, or the store error its cut left it with) "
+        "overwrites that state"
     ),
 )
 async def test_a_superseded_run_ends_marked_superseded(played: ScheduleResult) -> None:
