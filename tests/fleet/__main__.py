@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -32,8 +33,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     # Before Prefect is imported: this process's own Prefect home, and no telemetry.
-    os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="pcfleet-driver-home-")
+    home = tempfile.mkdtemp(prefix="pcfleet-driver-home-")
+    os.environ["PREFECT_HOME"] = home
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
+    try:
+        return run(args)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def run(args: argparse.Namespace) -> int:
     from .campaign import CampaignOptions, CampaignReport, run_campaign
     from .capable import missing
 
