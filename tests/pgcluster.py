@@ -60,6 +60,9 @@ class PgCluster:
         self.data = self.root / "data"
         self.port = _free_port()
         self._as_postgres = os.geteuid() == 0
+        #: What every command is run under (e.g. ``ip netns exec NS`` for a server in a
+        #: network namespace of its own).
+        self.prefix: list[str] = []
 
     @property
     def dsn(self) -> str:
@@ -69,6 +72,7 @@ class PgCluster:
         command = [str(self.bindir / args[0]), *args[1:]]
         if self._as_postgres:
             command = ["runuser", "-u", "postgres", "--", *command]
+        command = [*self.prefix, *command]
         result = subprocess.run(command, capture_output=True, text=True, timeout=60)
         if result.returncode != 0:
             raise PgClusterUnavailable(

@@ -1,0 +1,121 @@
+"""Deriving a fleet schedule from ``(seed, index)`` alone, so ``--seed S --only I`` replays it.
+
+Three workflows of 3 to 5 random steps (the campaign's step kinds, with longer
+sleeps so that faults land inside turns), mostly each on its own host's queue,
+and 2 or 3 faults, most of them aimed at the host running a workflow right after
+one of its steps finished. A cut is healed after a while or once the workflow's
+successor has taken its epoch (so that the run it replaced comes back to a
+workflow that is no longer its own).
+"""
+
+from __future__ import annotations
+
+from random import Random
+
+from tests.campaign.draw import draw_step
+from tests.campaign.plan import Step, StepKind
+
+from .plan import (
+    HOST_FAULTS,
+    Fault,
+    FaultKind,
+    FleetSchedule,
+    FleetWorkflow,
+    Moment,
+    Shape,
+)
+
+STEP_WEIGHTS: dict[StepKind, float] = {
+    "plain": 2,
+    "tool": 2,
+    "parallel": 1.5,
+    "deltas": 1,
+    "sleep": 2,
+}
+FAULT_WEIGHTS: dict[FaultKind, float] = {
+    "kill-host": 3,
+    "cut-host": 3,
+    "cut-store": 2,
+    "cut-coder": 2,
+    "shape-coder": 1.5,
+    "restart-store": 1.5,
+    "restart-prefect": 1,
+}
+WORDS = ("refund", "invoice", "ledger", "audit", "payout", "dispute", "receipt", "quote")
+
+
+def derive(seed: int, index: int, workers: int = 3) -> FleetSchedule:
+    rng = Random(f"fleet:{seed}:{index}")
+    hosts = [f"w{n}" for n in range(1, workers + 1)]
+    queues = rng.sample(hosts, k=len(hosts))
+    workflows = tuple(
+        draw_workflow(rng, f"fl-{seed}-{index}-{chr(97 + n)}", queues[n % len(queues)])
+        for n in range(3)
+    )
+    # Each fault follows a workflow of its own: two faults on one host mostly collide.
+    victims = rng.sample(workflows, k=rng.randint(2, 3))
+    faults = tuple(draw_fault(rng, victim, hosts) for victim in victims)
+    return FleetSchedule(seed, index, workflows, faults)
+
+
+def draw_workflow(rng: Random, workflow_id: str, queue: str) -> FleetWorkflow:
+    kinds = rng.choices(
+        list(STEP_WEIGHTS), weights=list(STEP_WEIGHTS.values()), k=rng.randint(3, 5)
+    )
+    amounts = iter(rng.sample(range(100, 100_000), k=2 * len(kinds)))
+    steps = tuple(_step(rng, kind, amounts) for kind in kinds)
+    chosen = queue if rng.random() < 0.7 else "default"
+    return FleetWorkflow(workflow_id, steps, chosen, round(rng.uniform(0.0, 8.0), 1))
+
+
+def _step(rng: Random, kind: StepKind, amounts: object) -> Step:
+    if kind == "sleep":
+        word = f"{rng.choice(WORDS)}-{rng.randint(1, 999)}"
+        return Step(kind, f"think the {word} over /sleep {rng.uniform(1.0, 5.0):.1f}")
+    return draw_step(rng, kind, amounts)
+
+
+def draw_fault(rng: Random, victim: FleetWorkflow, hosts: list[str]) -> Fault:
+    kind = rng.choices(list(FAULT_WEIGHTS), weights=list(FAULT_WEIGHTS.values()))[0]
+    if rng.random() < 0.6:
+        start = Moment(
+            "step",
+            round(rng.uniform(0.0, 3.0), 1),
+            victim.workflow_id,
+            rng.randint(1, len(victim.steps) - 1),
+        )
+    else:
+        # Workflows launch within 8 s and take 10 to 20 s to start on two cores.
+        start = Moment("time", round(rng.uniform(20.0, 60.0), 1))
+    if kind not in HOST_FAULTS:
+        return Fault(kind, start)
+    target = f"running:{victim.workflow_id}" if rng.random() < 0.8 else rng.choice(hosts)
+    return Fault(
+        kind,
+        start,
+        target,
+        _end(rng, kind, victim),
+        how=rng.choice(("silent", "refused")),
+        shape=_shape(rng) if kind == "shape-coder" else None,
+    )
+
+
+def _end(rng: Random, kind: FaultKind, victim: FleetWorkflow) -> Moment:
+    if kind in ("cut-host", "cut-store") and rng.random() < 0.5:
+        return Moment("epoch", round(rng.uniform(0.0, 8.0), 1), victim.workflow_id, 0)
+    low, high = {
+        "kill-host": (10.0, 40.0),
+        "cut-host": (5.0, 60.0),
+        "cut-store": (5.0, 60.0),
+        "cut-coder": (5.0, 30.0),
+        "shape-coder": (10.0, 40.0),
+    }[kind]
+    return Moment("time", round(rng.uniform(low, high), 1))
+
+
+def _shape(rng: Random) -> Shape:
+    return Shape(
+        rate_kbit=rng.choice((16, 32, 64)),
+        queue_packets=rng.randint(2, 6),
+        delay=round(rng.uniform(0.05, 0.4), 2),
+    )

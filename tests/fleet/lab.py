@@ -1,0 +1,110 @@
+"""``open_fleet``: a whole fleet, up, for the length of a ``with`` block.
+
+It claims a slot, builds the network and starts, each on its host: the two
+private PostgreSQL servers, Prefect's server, the simulator and its front door,
+the payments fake (in this process, on the bridge's address), the blocks, the
+work pool and deployments (:mod:`.deploy`), the workers, and the witness.
+Whatever happens, leaving the block tears all of it down (and so does the next
+lab, if this process dies before it can).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+from prefect.settings import PREFECT_API_URL, temporary_settings
+
+from prefect_coder.payments import serve_payments
+from tests.integration.procs import Processes
+
+from . import slots
+from .config import Timings
+from .deploy import create_pool, deploy
+from .fleet import Fleet, build_network, start_coder
+from .pg import HostPg
+from .witness import Witness
+
+
+@contextlib.asynccontextmanager
+async def open_fleet(
+    root: Path,
+    workers: int = 3,
+    timings: Timings | None = None,
+    *,
+    keep: bool = False,
+    say: Callable[[str], None] = print,
+    sweep_queue: str = "default",
+) -> AsyncIterator[Fleet]:
+    """A running fleet (this process's Prefect settings pointing at its server); torn
+    down on the way out, whatever happened."""
+    slot = await asyncio.to_thread(_claim, root)
+    try:
+        async with AsyncExitStack() as stack:
+            fleet = await _fleet(stack, root, slot, workers, timings or Timings())
+            fleet.sweep_queue = sweep_queue
+            stack.enter_context(temporary_settings(updates={PREFECT_API_URL: fleet.api_url}))
+            await _start(fleet, say)
+            fleet.witness = Witness(fleet.worker_hosts)
+            watching = asyncio.create_task(fleet.witness.watch())
+            stack.push_async_callback(_cancel, watching)
+            yield fleet
+    finally:
+        await asyncio.to_thread(slots.release, slot, keep_root=keep)
+
+
+def _claim(root: Path) -> slots.Slot:
+    root.mkdir(parents=True, exist_ok=True)
+    root.chmod(0o755)  # the PostgreSQL servers run as "postgres", below this folder
+    return slots.claim(root)
+
+
+async def _fleet(
+    stack: AsyncExitStack, root: Path, slot: slots.Slot, workers: int, timings: Timings
+) -> Fleet:
+    """The network and the lab's own pieces; no host runs anything yet."""
+    net, hosts = await build_network(slot, workers)
+    procs = Processes(root / "logs")
+    procs.root.mkdir(exist_ok=True)
+    stack.push_async_callback(procs.close)
+    ctl, store = hosts["ctl"], hosts["store"]
+    # Prefect's database serves Prefect's server alone: on the control host's loopback.
+    control_pg = HostPg(root / "ctl" / "pg", ctl, "127.0.0.1", statement_log=False)
+    store_pg = HostPg(root / "store" / "pg", store, store.address, statement_log=True)
+    url, payments = await stack.enter_async_context(serve_payments(net.gateway))
+    return Fleet(root, slot, net, hosts, procs, timings, control_pg, store_pg, payments, url)
+
+
+async def _start(fleet: Fleet, say: Callable[[str], None]) -> None:
+    """Every host's services, as much at once as their order allows."""
+    clock = asyncio.get_running_loop().time
+    started = clock()
+
+    def done(what: str) -> None:
+        say(f"fleet: {what} ({clock() - started:.1f}s)")
+
+    await asyncio.gather(fleet.control_pg.astart(), fleet.store_pg.astart())
+    done("both PostgreSQL servers up")
+    fleet.coder, _ = await asyncio.gather(start_coder(fleet), fleet.start_server())
+    done("Prefect's server and the simulator up")
+    await create_pool(fleet)
+
+    async def workers() -> None:
+        await asyncio.gather(*(fleet.start_worker(h) for h in fleet.worker_hosts))
+        await asyncio.gather(*(fleet.worker_ready(h) for h in fleet.worker_hosts))
+        done(f"{len(fleet.worker_hosts)} workers started")
+
+    async def deployments() -> None:
+        await deploy(fleet)
+        done("blocks saved, deployments created")
+
+    await asyncio.gather(workers(), deployments())
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

@@ -1,0 +1,67 @@
+"""Hand-written schedules: the short one CI runs.
+
+**ci**: three workflows, each started on its own worker host. Once the first has
+finished a step, its host (w1) is SIGKILLed whole; its worker comes back 30 s later.
+Once the second has finished two steps, its host (w2) is cut off (link down), and
+healed 3 s after the second's successor has taken its epoch, so that the run it
+replaced comes back, alive, to a workflow that is no longer its own, while that
+successor is still at work (its last step is long). The third runs on w3
+untouched (and takes over whatever the sweep relaunches).
+
+Its fleet runs the sweep on w3's queue alone (:data:`CI_SWEEP_QUEUE`): a host
+killed or cut off with a sweep in flight blocks every sweep for minutes (the
+sweep's one concurrency slot stays taken; see the README's fleet findings). The
+campaign draws that case; CI keeps to a scenario whose outcome does not hang on
+whether a sweep happened to be on the faulted host at that instant.
+"""
+
+from __future__ import annotations
+
+from tests.campaign.plan import Step, prompt_json
+
+from .plan import Fault, FleetSchedule, FleetWorkflow, Moment
+
+#: The queue the CI fleet's sweep is deployed to: only w3, which no fault touches, polls it.
+CI_SWEEP_QUEUE = "w3"
+
+
+def _charge(amount: int, word: str) -> Step:
+    directive = f"/tool charge_card {prompt_json({'amount_cents': amount})}"
+    return Step("tool", f"charge the card for {word} {directive}", (amount,))
+
+
+def _plain(word: str) -> Step:
+    return Step("plain", f"plan the {word}")
+
+
+def _sleep(seconds: float, word: str) -> Step:
+    return Step("sleep", f"think the {word} over /sleep {seconds}")
+
+
+def ci_schedule(seed: int = 16) -> FleetSchedule:
+    killed, cut, calm = (f"ci-{seed}-{name}" for name in ("killed", "cut", "calm"))
+    workflows = (
+        FleetWorkflow(
+            killed,
+            (_plain("refund"), _charge(1601, "refund"), _sleep(2.0, "refund"), _plain("memo")),
+            "w1",
+        ),
+        FleetWorkflow(
+            cut,
+            (
+                _charge(1602, "invoice"),
+                _plain("invoice"),
+                _sleep(3.0, "ledger"),
+                _sleep(6.0, "note"),
+            ),
+            "w2",
+        ),
+        FleetWorkflow(calm, (_charge(1603, "payout"), _plain("payout"), _plain("audit")), "w3"),
+    )
+    kill = Moment("step", 0.5, killed, 1)
+    cut_off = Moment("step", 0.3, cut, 2)
+    faults = (
+        Fault("kill-host", kill, f"running:{killed}", Moment("time", 30.0)),
+        Fault("cut-host", cut_off, f"running:{cut}", Moment("epoch", 3.0, cut)),
+    )
+    return FleetSchedule(seed, 0, workflows, faults)
