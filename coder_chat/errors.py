@@ -8,6 +8,7 @@
     ├── CoderTransportError         the request or socket failed below HTTP (connect, reset, timeout)
     ├── CoderChatError              a turn ended badly: kind, retryable, chat_id, provider, status_code
     ├── CoderStreamError            the chat stream could not be re-established: chat_id, retryable
+    ├── CoderToolError              a durable tool's effect ended with no known outcome (retryable)
     └── CoderStoreError             a durable store failed (unreachable, corrupt, newer schema)
 
 Foreign exceptions (httpx, websockets, asyncpg, sqlite3) are translated where they
@@ -53,15 +54,24 @@ class CoderApiError(CoderError):
 
 
 class CoderTransportError(CoderError):
-    """The network failed before an HTTP answer arrived (or the socket broke)."""
+    """The network failed before an HTTP answer arrived (or the socket broke).
 
-    def __init__(self, operation: str, reason: str) -> None:
+    ``sent`` is false when the request never left (no connection could be made), so
+    the server cannot have acted on it; true when it may have.
+    """
+
+    def __init__(self, operation: str, reason: str, *, sent: bool = True) -> None:
         self.operation = operation
         self.reason = reason
+        self.sent = sent
         super().__init__(f"{operation} failed: {reason}")
 
-    def __reduce__(self) -> tuple[type[CoderTransportError], tuple[str, str]]:
-        return (CoderTransportError, (self.operation, self.reason))
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_transport_error, (self.operation, self.reason, self.sent))
+
+
+def _rebuild_transport_error(operation: str, reason: str, sent: bool) -> CoderTransportError:
+    return CoderTransportError(operation, reason, sent=sent)
 
 
 class CoderChatError(CoderError):
@@ -124,6 +134,27 @@ class CoderStreamError(CoderError):
 
 def _rebuild_stream_error(message: str, chat_id: str | None, retryable: bool) -> CoderStreamError:
     return CoderStreamError(message, chat_id=chat_id, retryable=retryable)
+
+
+class CoderToolError(CoderError):
+    """A durable tool's function raised without saying the effect failed: whether it
+    happened is unknown. The turn stops there (its pause stays on the server, the
+    ledger entry ``committing``) and recovery runs the call again under the same
+    idempotency key, so the effect happens once. Tools say a definitive failure the
+    model should see by raising :class:`~coder_chat.client.tools.ToolFailed`."""
+
+    def __init__(self, tool_name: str, tool_call_id: str, reason: str) -> None:
+        self.tool_name = tool_name
+        self.tool_call_id = tool_call_id
+        self.reason = reason
+        self.retryable = True
+        super().__init__(
+            f"tool {tool_name} (call {tool_call_id}) ended with no known outcome ({reason}); "
+            "it is run again under the same idempotency key"
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (CoderToolError, (self.tool_name, self.tool_call_id, self.reason))
 
 
 class CoderStoreError(CoderError):

@@ -57,6 +57,7 @@ from prefect_coder.tasks.lifecycle import (
 from prefect_coder.tasks.runs import (
     Progress,
     end_superseded,
+    marked_superseded,
     name_the_run,
     publish_transcript,
     run_name,
@@ -360,6 +361,8 @@ class DurableChat:
         elif isinstance(exc, PromptChanged | WorkflowFinished):
             log.error(f"{_capitalised(str(exc))} The workflow is left as it was.")
         elif isinstance(exc, Exception) and not _will_retry():
+            if await self._was_superseded():
+                await self._superseded(exc, log)  # its failure came after it lost the workflow
             log.error(f"Workflow {self.workflow_id} failed: {exc}")
             await end_failed_workflow(self.run, log)
         # Anything else ends nothing: a crash, a cancellation, a pause or suspension
@@ -385,16 +388,37 @@ class DurableChat:
         else:
             await retire_workflow_chat(self.run, log.info)
 
-    async def _superseded(self, exc: FencedOut, log: LoggingAdapter) -> None:
-        """A newer run holds the workflow: this one does nothing more, and says so."""
-        if not self.owns_run or self.run.flow_run_id is None:
-            return  # a flow run of many workflows ends superseded once, for all of them
-        store = self.run.runtime.store
-        with contextlib.suppress(CoderError):
-            newer = await store.get_workflow(self.run.tenant, self.workflow_id)
-            successor = newer.flow_run_id if newer else None
-            await end_superseded(self.run.flow_run_id, successor, log)
-            raise Superseded(str(exc)) from exc
+    async def _superseded(self, exc: Exception, log: LoggingAdapter) -> None:
+        """A newer run holds the workflow: this one does nothing more, and says so.
+
+        Raised out as :class:`Superseded`, so Prefect ends the run *Cancelled:
+        Superseded* (naming the run that took over) instead of failed; in a flow run of
+        many workflows, as :class:`FencedOut`, for that flow to count.
+        """
+        run = self.run
+        if not self.owns_run or run.flow_run_id is None:
+            if isinstance(exc, FencedOut):
+                return
+            raise FencedOut(run.fence, None) from exc
+        successor = None
+        with contextlib.suppress(CoderError):  # the store may be out of reach: still over
+            newer = await run.runtime.store.get_workflow(run.tenant, self.workflow_id)
+            if newer is not None and newer.epoch > run.epoch:
+                successor = newer.flow_run_id
+        await end_superseded(run.flow_run_id, successor, log)
+        raise Superseded(str(exc)) from exc
+
+    async def _was_superseded(self) -> bool:
+        """Whether a newer run took the workflow while this one failed: its flow run was
+        marked superseded, or the store holds a newer epoch. Unknown counts as no."""
+        run = self.run
+        if run.flow_run_id is not None and await marked_superseded(run.flow_run_id):
+            return True
+        try:
+            newer = await run.runtime.store.get_workflow(run.tenant, self.workflow_id)
+        except CoderError:
+            return False
+        return newer is not None and newer.epoch > run.epoch
 
     async def _stop_beating(self) -> None:
         if self._heart is not None:

@@ -144,6 +144,16 @@ async def end_superseded(this_run: str, successor: str | None, log: LoggingAdapt
     log.warning(f"This run was superseded by run {name}; it stops here and does nothing more.")
 
 
+async def marked_superseded(flow_run_id: str) -> bool:
+    """Whether the run was marked superseded by the run that took its workflow over."""
+    try:
+        async with get_client() as client:
+            state = (await client.read_flow_run(UUID(flow_run_id))).state
+    except Exception:  # noqa: BLE001 - Prefect's API out of reach: not known to be
+        return False
+    return state is not None and state.name == SUPERSEDED
+
+
 @dataclass
 class Progress:
     """A flow run's progress artifact: ``step k of N`` (or workflows), each item's outcome.

@@ -366,11 +366,16 @@ class ChatClient:
         except httpx.HTTPError as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             self.emit(HttpError(op, method, path, reason, time.monotonic() - started))
-            raise CoderTransportError(f"{method} {path}", reason) from exc
+            sent = not isinstance(exc, _NEVER_SENT)
+            raise CoderTransportError(f"{method} {path}", reason, sent=sent) from exc
         self.emit(HttpResponse(op, method, path, response.status_code, time.monotonic() - started))
         if response.is_success:
             return response
         raise _api_error(response, method, path)
+
+
+#: Failures before any byte of the request left: no connection was made.
+_NEVER_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 def _api_error(response: httpx.Response, method: str, path: str) -> CoderApiError:

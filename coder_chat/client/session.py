@@ -25,7 +25,7 @@ from .events import TransportCallback
 from .rest import ChatClient
 from .results import TurnResult
 from .tools import ClientTool, ToolFunction, client_tool
-from .turn import BeforeAction, Turn, TurnOptions
+from .turn import BeforeAction, StopOutcome, Turn, TurnOptions
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -105,6 +105,8 @@ class ChatSession:
         )
         self._busy = False
         self._segments = 0
+        #: What stopping the last turn's run came to, when it had to be stopped.
+        self.last_stop: StopOutcome | None = None
 
     def __repr__(self) -> str:
         return f"ChatSession(chat_id={self.chat_id!r}, last_seen_message_id={self.last_seen_message_id!r})"
@@ -130,6 +132,7 @@ class ChatSession:
         if not prompt.strip():
             raise CoderConfigError("prompt must not be empty")
         self._busy = True
+        self.last_stop = None
         turn = Turn(self, prompt, output_type)
         try:
             if deadline is None:

@@ -31,6 +31,13 @@ class ToolArgumentsError(ValueError):
     """The model's arguments do not fit the tool's parameters."""
 
 
+class ToolFailed(Exception):
+    """Raised by a tool to say its call failed for good (a declined card): the message is
+    what the model is told. A durable tool's ledger records it as the call's outcome; any
+    other exception from a durable tool leaves its outcome unknown (see ``CoderToolError``).
+    """
+
+
 @dataclass(frozen=True)
 class ToolCallContext:
     """Which call of which chat a tool is running for."""

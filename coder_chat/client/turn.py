@@ -14,11 +14,19 @@ import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from ..errors import CoderApiError, CoderChatError, CoderError, CoderStoreError, CoderStreamError
+from ..errors import (
+    CoderApiError,
+    CoderChatError,
+    CoderError,
+    CoderStoreError,
+    CoderStreamError,
+    CoderToolError,
+    CoderTransportError,
+)
 from ..protocol.models import ChatErrorInfo, ToolCallRequest
 from ..protocol.models_hint import resolve_model_hint
 from ..protocol.transcript import pending_calls, structured_output, to_transcript
@@ -30,6 +38,7 @@ from .tools import (
     ClientTool,
     ToolArgumentsError,
     ToolCallContext,
+    ToolFailed,
     structured_output_tool,
     tool_output,
 )
@@ -37,6 +46,11 @@ from .tools import (
 if TYPE_CHECKING:
     from .session import ChatSession
 
+
+#: What stopping a turn's run came to: its run ``interrupted`` (cut short), its queued
+#: prompt ``withdrawn``, nothing running (``idle``: the run had ended by itself), the
+#: interrupt ``undelivered`` (no connection), or ``unknown``.
+StopOutcome = Literal["interrupted", "withdrawn", "idle", "undelivered", "unknown"]
 
 #: Called with an action's name (``create``, ``send``, ``tool-results``, ``interrupt``,
 #: ``archive``) before the request that performs it; raising stops the action.
@@ -294,10 +308,13 @@ class Turn:
         )
         try:
             return tool_output(await tool.invoke(args, context)), False
-        except CoderStoreError:
-            # The durable ledger around the tool failed, not the tool: the turn stops
-            # here (the pause stays on the server) and recovery decides from the ledger.
+        except (CoderStoreError, CoderToolError):
+            # The durable ledger around the tool failed, or a durable effect's outcome is
+            # unknown: the turn stops here (the pause stays on the server) and recovery
+            # decides from the ledger, running the call again under the same key.
             raise
+        except ToolFailed as exc:
+            return str(exc), True
         except Exception as exc:  # noqa: BLE001 - the model sees the failure and may retry
             return f"{type(exc).__name__}: {exc}", True
 
@@ -343,18 +360,32 @@ class Turn:
         """Best effort, bounded: withdraw this turn's still-queued prompt, else interrupt.
 
         A prompt queued behind someone else's run must not stop that run, nor be
-        left behind to run unattended.
+        left behind to run unattended. What became of it is kept as the session's
+        ``last_stop``: whether an attempt was cut short depends on it.
         """
         chat_id = self.session.chat_id or self.session.last_known_chat_id
         if chat_id is None:
             return
-        with contextlib.suppress(CoderError, TimeoutError):
+        outcome: StopOutcome = "unknown"
+        try:
             async with asyncio.timeout(self.options.interrupt_timeout):
                 await self.options.before_action("interrupt")
                 if self.queued_id is not None and not self.translator.opened:
                     await self.client.delete_queued_message(chat_id, self.queued_id)
+                    outcome = "withdrawn"
                 else:
                     await self.client.interrupt_chat(chat_id)
+                    outcome = "interrupted"
+        except CoderApiError as exc:
+            # 409 to an interrupt: nothing was running, the run had ended by itself.
+            idle = exc.status == 409 and exc.path.endswith("/interrupt")
+            outcome = "idle" if idle else "unknown"
+        except CoderTransportError as exc:
+            outcome = "unknown" if exc.sent else "undelivered"
+        except (CoderError, TimeoutError):
+            outcome = "unknown"
+        finally:
+            self.session.last_stop = outcome
 
     async def timed_out(self) -> CoderChatError:
         """The segment's clock ran out: interrupt best-effort, withdraw a queued prompt."""

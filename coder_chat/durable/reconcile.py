@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..client.tools import ToolArgumentsError, ToolCallContext, tool_output
+from ..client.tools import ToolArgumentsError, ToolCallContext, ToolFailed, tool_output
 from ..errors import CoderApiError, CoderConfigError
 from ..protocol.models import ChatMessagePart
 from ..protocol.transcript import STRUCTURED_OUTPUT, call_args, pending_calls
@@ -181,7 +181,11 @@ async def _resume_answer(
         _add(answer, call_id, {"ok": True}, False)
         return
     answer.ran += 1
-    output = await tool.invoke(args, ToolCallContext(ctx.tenant, chat_id, call_id))
+    try:
+        output = await tool.invoke(args, ToolCallContext(ctx.tenant, chat_id, call_id))
+    except ToolFailed as exc:  # its definitive failure is its answer (the ledger has it)
+        _add(answer, call_id, str(exc), True)
+        return
     _add(answer, call_id, tool_output(output), False)
 
 

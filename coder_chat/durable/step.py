@@ -398,10 +398,14 @@ async def _after_failure(
     chat_id = session.chat_id or (exc.chat_id if isinstance(exc, CoderStreamError) else None)
     if chat_id is None:
         return
+    # Cut short only if stopping it may have cut the run: not when nothing was running
+    # (it had ended by itself), the interrupt never left, or the prompt was withdrawn.
+    # Then recovery judges the attempt from history, as after a crash.
+    cut = session.last_stop not in ("idle", "undelivered", "withdrawn")
     try:
-        if isinstance(exc, CoderChatError) and exc.kind == "timeout":
+        if cut and isinstance(exc, CoderChatError) and exc.kind == "timeout":
             await _journal_reason(ctx, chat_id, entry, "timeout")
-        elif isinstance(exc, TimeoutError | asyncio.CancelledError):
+        elif cut and isinstance(exc, TimeoutError | asyncio.CancelledError):
             await _journal_reason(ctx, chat_id, entry, "abort")
         elif isinstance(exc, CoderApiError) and entry is not None and _send_refused(exc):
             # The server refused the send: nothing is in flight, so recovery need not

@@ -23,7 +23,15 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from ..client.tools import ClientTool, ToolCallContext, ToolFunction, client_tool, tool_output
+from ..client.tools import (
+    ClientTool,
+    ToolCallContext,
+    ToolFailed,
+    ToolFunction,
+    client_tool,
+    tool_output,
+)
+from ..errors import CoderError, CoderToolError
 from .records import Fence, LedgerEntry, args_digest, ledger_key
 from .store import DurableStore
 
@@ -92,9 +100,28 @@ class DurableTool:
             output = prior.output if prior.state == "done" else await self.redrive(b, prior, args)
         else:
             key = ledger_key(b.tenant, call.chat_id, call.tool_call_id)
-            output = tool_output(await self.tool.call_function(args, key))
+            output = await self._effect(b, call.chat_id, call.tool_call_id, args, key)
         await b.store.complete_tool(b.fence, call.chat_id, call.tool_call_id, output=output)
         return output
+
+    async def _effect(
+        self, b: LedgerBinding, chat_id: str, tool_call_id: str, args: BaseModel, key: str
+    ) -> Any:
+        """Run the effect under ``key``. A :class:`ToolFailed` is its outcome (recorded
+        ``done``, as an error, then raised for the model to see); any other exception
+        leaves the outcome unknown, and the entry ``committing`` for recovery."""
+        try:
+            return tool_output(await self.tool.call_function(args, key))
+        except ToolFailed as exc:
+            await b.store.complete_tool(
+                b.fence, chat_id, tool_call_id, output=str(exc), is_error=True
+            )
+            raise
+        except CoderError:
+            raise
+        except Exception as exc:
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise CoderToolError(self.name, tool_call_id, reason) from exc
 
     async def same_step_call(
         self, b: LedgerBinding, chat_id: str, digest: str, *, exclude: str
@@ -121,7 +148,8 @@ class DurableTool:
 
     async def redrive(self, b: LedgerBinding, entry: LedgerEntry, args: BaseModel) -> Any:
         """Run a ``committing`` entry's effect again under its own key, then record it done."""
-        output = tool_output(await self.tool.call_function(args, entry.idempotency_key))
+        key = entry.idempotency_key
+        output = await self._effect(b, entry.chat_id, entry.tool_call_id, args, key)
         await b.store.complete_tool(b.fence, entry.chat_id, entry.tool_call_id, output=output)
         return output
 

@@ -16,6 +16,7 @@ from ..errors import (
     CoderConfigError,
     CoderStoreError,
     CoderStreamError,
+    CoderToolError,
     CoderTransportError,
 )
 
@@ -35,7 +36,7 @@ def is_retryable(exc: BaseException) -> bool:
         return is_retryable_status(exc.status)
     if isinstance(exc, CoderTransportError):
         return True
-    if isinstance(exc, CoderChatError | CoderStreamError | CoderStoreError):
+    if isinstance(exc, CoderChatError | CoderStreamError | CoderStoreError | CoderToolError):
         return exc.retryable
     return False
 

@@ -6,9 +6,9 @@ over (see :mod:`.scenarios`). The fleet is played once, for the module; each tes
 judges one invariant from the same evidence, and prints its findings. Replay the
 story in ``timeline-16-0.txt`` under the test's temporary folder.
 
-Known product failures are marked ``xfail(strict=True)``, each naming the failure
-(see the fleet section of the README); a check that starts passing fails the run,
-so the mark must go when the product is fixed.
+A known product failure would be marked ``xfail(strict=True)``, naming it (see the
+fleet section of the README); a check that starts passing fails the run, so such a
+mark goes when the product is fixed.
 """
 
 from __future__ import annotations
@@ -117,14 +117,5 @@ async def test_a_superseded_run_writes_nothing(played: ScheduleResult) -> None:
     assert judged(played, "fenced run wrote") == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "known product failure: a superseded run that comes back ends Failed instead of "
-        "superseded; its successor marks it Cancelled/Superseded, then the old run's own "
-        "failure (FencedOut on its first write, or the store error its cut left it with) "
-        "overwrites that state"
-    ),
-)
 async def test_a_superseded_run_ends_marked_superseded(played: ScheduleResult) -> None:
     assert judged(played, "superseded run's state") == []

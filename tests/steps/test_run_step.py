@@ -18,6 +18,7 @@ from coder_chat import (
     CoderStreamError,
     is_retryable,
 )
+from coder_chat.client.tools import ToolFailed
 from coder_chat.durable.context import DurableOptions, StepContext, StepTools
 from coder_chat.durable.markers import LABEL_STEP, LABEL_STORE, LABEL_WORKFLOW, chat_labels
 from coder_chat.durable.reconcile import answer_pause
@@ -25,6 +26,7 @@ from coder_chat.durable.records import JournalEntry, PromptChanged, args_digest,
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.step import StepSpec, run_step
 from coder_chat.durable.tools import durable_tool
+from coder_chat.errors import CoderToolError
 from coder_chat.protocol.models import ChatMessage
 from coder_chat.simulator import Simulator, SimulatorConfig, serve_simulator
 from tests.conftest import fast_config
@@ -497,3 +499,91 @@ async def test_a_send_in_flight_that_lands_early_ends_the_wait_for_it(
         users = await user_messages(client, first.chat_id)
     assert recovered.verdict == "recovered"
     assert len(users) == 2  # the late send only; nothing was sent again
+
+
+PAYMENTS_DOWN: list[bool] = []
+
+
+@durable_tool
+async def flaky_charge(amount_cents: int, idempotency_key: str) -> str:
+    """Charge the card; the payments service may be unreachable."""
+    if PAYMENTS_DOWN:
+        PAYMENTS_DOWN.pop()
+        raise ConnectionError("payments unreachable")
+    CHARGES.append((amount_cents, idempotency_key))
+    return f"receipt-{len(CHARGES)}"
+
+
+@durable_tool
+async def declined_charge(amount_cents: int, idempotency_key: str) -> str:
+    """Charge the card; this card is always declined."""
+    raise ToolFailed(f"card declined for {amount_cents} cents")
+
+
+async def test_a_tool_whose_outcome_is_unknown_stops_the_turn_and_runs_again_once(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    """The payments service was unreachable: whether the charge happened is unknown, so
+    the model is not told it failed. The turn stops (retryably), the pause stays, and the
+    retry runs the call again under the same key: one charge, the model sees it."""
+    tenant = str(sim.organization_id)
+    CHARGES.clear()
+    PAYMENTS_DOWN[:] = [True]
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        fence = await store.begin_run(tenant, "wf-unknown")
+        tools = StepTools.build([flaky_charge])
+        ctx = StepContext(client, store, fence, "wf-unknown", 1, tools, FAST)
+        spec = StepSpec(prompt='pay /tool flaky_charge {"amount_cents": 300}')
+        with pytest.raises(CoderToolError) as unknown:
+            await run_step(ctx, spec)
+        assert is_retryable(unknown.value)
+        [chat] = sim.chats()
+        [entry] = await store.list_tools(tenant, str(chat.id))
+        assert entry.state == "committing"
+        assert sim.chat(entry.chat_id).status == "requires_action"
+        again = await run_step(ctx, spec)
+    assert again.verdict == "recovered" and "receipt-1" in again.text
+    assert [key for _, key in CHARGES] == [entry.idempotency_key]
+
+
+async def test_a_tool_that_fails_for_good_tells_the_model_and_keeps_the_outcome(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    tenant = str(sim.organization_id)
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        fence = await store.begin_run(tenant, "wf-declined")
+        tools = StepTools.build([declined_charge])
+        ctx = StepContext(client, store, fence, "wf-declined", 1, tools, FAST)
+        result = await run_step(
+            ctx, StepSpec(prompt='pay /tool declined_charge {"amount_cents": 5}')
+        )
+        [entry] = await store.list_tools(tenant, result.chat_id)
+    assert "card declined for 5 cents" in result.text
+    assert entry.state == "done" and entry.is_error and entry.output == "card declined for 5 cents"
+
+
+async def test_a_timeout_whose_interrupt_found_nothing_running_is_recovered_not_resent(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    """The client never saw its turn end (its stream was refused) and timed out; the
+    interrupt it sent found nothing running: the run had finished. That attempt was not
+    cut short, so the retry takes its answer from the chat instead of sending again."""
+    tenant = str(sim.organization_id)
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        fence = await store.begin_run(tenant, "wf-idle")
+        first = await run_step(
+            StepContext(client, store, fence, "wf-idle", 1, StepTools(), FAST),
+            StepSpec(prompt="plan it"),
+        )
+        blind = replace(FAST, request_timeout=0.5, redial_initial=5.0)
+        ctx = StepContext(client, store, fence, "wf-idle", 2, StepTools(), blind)
+        sim.faults.fail_next("stream", 503, count=50)
+        with pytest.raises(CoderChatError) as timed_out:
+            await run_step(ctx, StepSpec(prompt="summarise"))
+        assert timed_out.value.kind == "timeout"
+        assert [i.http_status for i in sim.records.interrupts] == [409]
+        sim.faults.clear()
+        again = await run_step(replace(ctx, options=FAST), StepSpec(prompt="summarise"))
+        users = await user_messages(client, first.chat_id)
+    assert again.verdict == "recovered"
+    assert sum(1 for m in users if "[wf-idle/step-2]" in m.text()) == 1  # never sent again
