@@ -6,6 +6,8 @@ model may then call the tool again; a sweep at least that frequent answers such
 a pause from the ledger before that happens.
 """
 
+import asyncio
+import contextlib
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
@@ -16,7 +18,12 @@ from coder_chat.durable.records import WorkflowRecord
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from prefect_coder.tasks._runtime import run_log
 from prefect_coder.tasks.runs import name_the_run
-from prefect_coder.tasks.sweep import relaunch_workflow, sweep_orphans
+from prefect_coder.tasks.sweep import (
+    SweepLease,
+    hold_the_sweep,
+    relaunch_workflow,
+    sweep_orphans,
+)
 
 
 @flow(name="orphan-sweep", timeout_seconds=240)
@@ -31,6 +38,7 @@ async def orphan_sweep(
     tools: Sequence[str] = (),
     credentials: CoderCredentials | None = None,
     ledger: SqliteLedger | PostgresLedger | None = None,
+    lease_seconds: float = 30.0,
 ) -> dict[str, int]:
     """Sweep the chats and workflows of one durable-chat deployment.
 
@@ -47,8 +55,51 @@ async def orphan_sweep(
         tools: Durable tools (import paths) whose committing effects the sweep may re-drive.
         credentials: Saved Coder credentials (none: the worker's environment).
         ledger: The durable-chat deployment's store (none: the embedded SQLite store).
+        lease_seconds: One pass at a time: a pass finding another pass's heartbeat younger
+            than this does nothing; an older one (its host died) is taken over.
     """
     await _name_the_pass(target_deployment)
+    lease = None
+    if not dry_run:
+        lease = await hold_the_sweep(target_deployment, lease_seconds, credentials, ledger)
+        if lease is None:
+            return {"chats": 0, "acted": 0, "stranded": 0, "relaunched": 0}
+    beat = asyncio.create_task(lease.keep()) if lease else None
+    try:
+        return await _one_pass(
+            target_deployment,
+            orphan_age_seconds,
+            stuck_after_seconds,
+            stale_heartbeat_seconds,
+            dry_run,
+            self_heal,
+            max_relaunches,
+            tools,
+            credentials,
+            ledger,
+            lease,
+        )
+    finally:
+        if beat is not None and lease is not None:
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
+            await lease.end()
+
+
+async def _one_pass(
+    target_deployment: str,
+    orphan_age_seconds: float,
+    stuck_after_seconds: float,
+    stale_heartbeat_seconds: float,
+    dry_run: bool,
+    self_heal: bool,
+    max_relaunches: int,
+    tools: Sequence[str],
+    credentials: CoderCredentials | None,
+    ledger: SqliteLedger | PostgresLedger | None,
+    lease: SweepLease | None,
+) -> dict[str, int]:
     summary = await sweep_orphans(
         target_deployment,
         orphan_age_seconds,
@@ -58,6 +109,7 @@ async def orphan_sweep(
         tools,
         credentials,
         ledger,
+        lease.fence if lease else None,
     )
     relaunched = 0
     if self_heal and not dry_run:

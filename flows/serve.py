@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 
 from prefect import aserve
-from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.schedules import Cron
 
 from prefect_coder.flows.archive_workflow import archive_workflow
@@ -30,9 +29,6 @@ async def serve_all() -> None:
             tags=["prefect-coder"],
             parameters={"target_deployment": "durable-chat"},
             schedule=Cron("*/5 * * * *", timezone="UTC"),
-            concurrency_limit=ConcurrencyLimitConfig(
-                limit=1, collision_strategy=ConcurrencyLimitStrategy.CANCEL_NEW
-            ),
         ),
         await archive_workflow.ato_deployment(name="archive-workflow", tags=["prefect-coder"]),
     )

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -14,14 +17,29 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 from prefect.client.schemas.objects import StateType
 from prefect.deployments.flow_runs import arun_deployment
 from prefect.exceptions import ObjectNotFound
+from prefect.runtime import flow_run as current_flow_run
 from prefect.settings import PREFECT_UI_URL
 from pydantic import BaseModel
 
-from coder_chat.durable.records import WorkflowRecord, WorkflowState
-from coder_chat.durable.store import DurableStore
-from coder_chat.durable.sweep import SWEEP_WORKFLOW, SweepPolicy, mark_failed, sweep
+from coder_chat import CoderError
+from coder_chat.durable.records import Fence, WorkflowRecord, WorkflowState
+from coder_chat.durable.store import DurableStore, FencedOut
+from coder_chat.durable.sweep import (
+    SWEEP_WORKFLOW,
+    SweepPolicy,
+    mark_failed,
+    sweep,
+    take_sweep_lease,
+)
 from prefect_coder.blocks import CoderCredentials
-from prefect_coder.tasks._runtime import Ledger, durable_task, resolve_tools, run_log, runtime
+from prefect_coder.tasks._runtime import (
+    Ledger,
+    durable_task,
+    resolve_tools,
+    run_log,
+    runtime,
+    with_retries,
+)
 from prefect_coder.tasks.runs import run_name, slug
 
 #: A run that ended like this left its workflow unfinished: relaunch it.
@@ -49,6 +67,7 @@ async def sweep_orphans(
     tools: Sequence[str] = (),
     credentials: CoderCredentials | None = None,
     ledger: Ledger | None = None,
+    lease: Fence | None = None,
 ) -> SweepSummary:
     """List every chat of ``deployment``, retire orphans, interrupt stuck turns, find stranded workflows."""
     log = run_log()
@@ -61,7 +80,7 @@ async def sweep_orphans(
     )
     step_tools = resolve_tools(tools)
     rt = runtime(credentials, ledger)
-    report = await sweep(rt.client, rt.store, rt.tenant, policy, step_tools, log.info)
+    report = await sweep(rt.client, rt.store, rt.tenant, policy, step_tools, log.info, lease)
     running = await rt.store.list_workflows(
         rt.tenant, deployment=deployment, states=[WorkflowState.RUNNING]
     )
@@ -218,3 +237,50 @@ def flow_run_url(flow_run_id: uuid.UUID) -> str:
     """The run's page in the Prefect UI, or its id when no UI address is configured."""
     ui = PREFECT_UI_URL.value()
     return f"{ui}/runs/flow-run/{flow_run_id}" if ui else str(flow_run_id)
+
+
+@dataclasses.dataclass
+class SweepLease:
+    """One pass's hold on its deployment's sweep, kept alive while the pass runs."""
+
+    store: DurableStore
+    fence: Fence
+    beat_every: float
+
+    async def keep(self) -> None:
+        """Beat until cancelled; a pass that lost its lease stops beating."""
+        while True:
+            await asyncio.sleep(self.beat_every)
+            try:
+                await self.store.heartbeat(self.fence)
+            except FencedOut:
+                return
+            except CoderError:
+                continue  # the next beat tries again
+
+    async def end(self) -> None:
+        with contextlib.suppress(CoderError):
+            await self.store.finish(self.fence, WorkflowState.FINISHED)
+
+
+async def hold_the_sweep(
+    deployment: str,
+    fresh_for: float,
+    credentials: CoderCredentials | None,
+    ledger: Ledger | None,
+) -> SweepLease | None:
+    """The pass's lease on the deployment's sweep, or ``None`` (and a line saying why)
+    when another pass that is alive holds it. A lease in the store, not Prefect's
+    concurrency slot: a slot held by a run whose host died stays taken for minutes, and
+    across a restart of Prefect's server for good; a lease goes stale with its heartbeat."""
+    rt = runtime(credentials, ledger)
+    held = await with_retries(
+        lambda: take_sweep_lease(rt.store, rt.tenant, deployment, current_flow_run.id, fresh_for)
+    )
+    if isinstance(held, WorkflowRecord):
+        run_log().info(
+            f"Another pass of the sweep of {deployment} is going (run {held.flow_run_id}, its "
+            f"heartbeat at {held.heartbeat_at}); this pass does nothing."
+        )
+        return None
+    return SweepLease(rt.store, held, fresh_for / 3)

@@ -94,7 +94,7 @@ class _Pass:
         if self.fence is None:
             self.fence = await self.store.begin_run(
                 self.tenant,
-                f"{SWEEP_WORKFLOW}/{self.policy.deployment}",
+                sweep_workflow_id(self.policy.deployment),
                 deployment=self.policy.deployment,
             )
         ctx = StepContext(
@@ -130,8 +130,13 @@ async def sweep(
     policy: SweepPolicy,
     tools: StepTools | None = None,
     report: Callable[[str], None] = print,
+    fence: Fence | None = None,
 ) -> SweepReport:
-    """One pass: classify every chat of this deployment and store, act on orphans and stuck turns."""
+    """One pass: classify every chat of this deployment and store, act on orphans and stuck turns.
+
+    ``fence``: the pass's own hold on the sweep (a lease its caller took and ends); without
+    it the pass takes one when it first acts, and ends it.
+    """
     labels = owner_labels(policy.deployment, await store.store_id())
     chats = [c async for c in client.iter_chats(labels=labels, page_size=policy.page_size)]
     workflows = await store.list_workflows(tenant, deployment=policy.deployment)
@@ -139,7 +144,7 @@ async def sweep(
     by_id = {w.workflow_id: w for w in workflows}
     now = utcnow()
     result = SweepReport(chats_seen=len(chats))
-    sweep_pass = _Pass(client, store, tenant, policy, tools or StepTools())
+    sweep_pass = _Pass(client, store, tenant, policy, tools or StepTools(), fence)
     for chat in chats:
         workflow = by_id.get(chat.labels.get(LABEL_WORKFLOW, ""))
         finding = _classify(chat, owners.get(chat.id), workflow, policy, now)
@@ -150,7 +155,7 @@ async def sweep(
                 finding = await sweep_pass.act(chat, finding)
         report(f"Chat {chat.id} ({chat.status}) {finding.action}: {finding.reason}.")
         result.findings.append(finding)
-    if sweep_pass.fence is not None:
+    if sweep_pass.fence is not None and fence is None:
         await store.finish(sweep_pass.fence, WorkflowState.FINISHED)
     cutoff = now - timedelta(seconds=policy.stale_heartbeat)
     result.stranded = [
@@ -166,6 +171,26 @@ async def sweep(
             f"was at {w.heartbeat_at}."
         )
     return result
+
+
+def sweep_workflow_id(deployment: str) -> str:
+    """The store's record of one deployment's sweep: its epoch is the lease of a pass."""
+    return f"{SWEEP_WORKFLOW}/{deployment}"
+
+
+async def take_sweep_lease(
+    store: DurableStore, tenant: str, deployment: str, flow_run_id: str | None, fresh_for: float
+) -> Fence | WorkflowRecord:
+    """Hold the deployment's sweep for one pass, unless another pass holds it: its record
+    running, with a heartbeat younger than ``fresh_for`` seconds. Returns the lease, or
+    the record of the pass that holds it. A pass whose host died stops beating, and the
+    next pass takes over once its heartbeat is older than that."""
+    sweep_id = sweep_workflow_id(deployment)
+    held = await store.get_workflow(tenant, sweep_id)
+    alive = held is not None and held.state == WorkflowState.RUNNING
+    if alive and held is not None and not _older(held.heartbeat_at, utcnow(), fresh_for):
+        return held
+    return await store.begin_run(tenant, sweep_id, deployment=deployment, flow_run_id=flow_run_id)
 
 
 async def mark_failed(store: DurableStore, workflow: WorkflowRecord) -> None:

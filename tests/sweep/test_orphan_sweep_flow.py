@@ -14,6 +14,7 @@ from prefect.states import Crashed, Suspended
 from coder_chat.durable.markers import chat_labels
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
+from coder_chat.durable.sweep import sweep_workflow_id
 from coder_chat.simulator import Simulator
 from prefect_coder.examples.refund import refund_order
 from prefect_coder.flows.durable_chat import durable_chat
@@ -126,3 +127,22 @@ async def test_a_paused_or_suspended_run_is_waiting_not_stranded(
     await store.close()
     summary = await orphan_sweep(target_deployment="shop-refunds", stale_heartbeat_seconds=0)
     assert summary["stranded"] == 0 and summary["relaunched"] == 0
+
+
+async def test_one_pass_at_a_time_and_a_dead_pass_is_taken_over(
+    sim: Simulator, coder_env: Path
+) -> None:
+    """A pass whose lease is alive (its heartbeat fresh) makes another do nothing; once
+    that heartbeat is older than the lease (its host died), the next pass takes over."""
+    store = SqliteStore(coder_env)
+    tenant = str(sim.organization_id)
+    labels = chat_labels("wf-gone", 1, "leased", await store.store_id())
+    await store.begin_run(tenant, sweep_workflow_id("leased"), flow_run_id="a-live-pass")
+    await store.close()
+    async with Wire(sim) as wire:
+        orphan = (await wire.create("lost", labels=labels))["id"]
+        await sim.wait_for_status(orphan, "waiting")
+    busy = await orphan_sweep(target_deployment="leased", orphan_age_seconds=0)
+    assert busy["acted"] == 0 and not sim.chat(orphan).archived
+    taken = await orphan_sweep(target_deployment="leased", orphan_age_seconds=0, lease_seconds=0)
+    assert taken["acted"] == 1 and sim.chat(orphan).archived
