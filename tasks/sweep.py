@@ -205,6 +205,15 @@ async def relaunch_workflow(workflow: WorkflowRecord, max_relaunches: int = 3) -
         earlier = await client.read_flow_runs(
             flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag]))
         )
+        pending = [r for r in earlier if r.state is None or not r.state.is_final()]
+        if pending:
+            # Its relaunch has not begun the workflow yet (waiting for a worker, starting):
+            # another would only race it.
+            log.info(
+                f"Workflow {workflow.workflow_id}: its relaunch {pending[0].name!r} is on its "
+                "way; not relaunched again."
+            )
+            return None
         if len(earlier) >= max_relaunches:
             log.warning(
                 f"workflow {workflow.workflow_id} was relaunched {len(earlier)} times already; giving up"

@@ -113,6 +113,9 @@ async def test_a_users_own_flow_is_relaunched_from_its_deployment(
     [relaunched] = runs
     assert relaunched.deployment_id == run.deployment_id
     assert relaunched.parameters == run.parameters  # the same workflow, the same inputs
+    # The next pass finds the relaunch still waiting for a worker: it is on its way.
+    again = await orphan_sweep(target_deployment="shop-refunds", stale_heartbeat_seconds=0)
+    assert again["stranded"] == 1 and again["relaunched"] == 0
 
 
 async def test_a_paused_or_suspended_run_is_waiting_not_stranded(
