@@ -17,6 +17,7 @@ from prefect.runtime import flow_run as current_flow_run
 from coder_chat.durable.records import WorkflowRecord
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from prefect_coder.tasks._runtime import run_log
+from prefect_coder.tasks.lost_runs import relaunch_lost_runs
 from prefect_coder.tasks.runs import name_the_run
 from prefect_coder.tasks.sweep import (
     SweepLease,
@@ -39,6 +40,7 @@ async def orphan_sweep(
     credentials: CoderCredentials | None = None,
     ledger: SqliteLedger | PostgresLedger | None = None,
     lease_seconds: float = 30.0,
+    lost_runs_within_seconds: float = 3600.0,
 ) -> dict[str, int]:
     """Sweep the chats and workflows of one durable-chat deployment.
 
@@ -57,6 +59,9 @@ async def orphan_sweep(
         ledger: The durable-chat deployment's store (none: the embedded SQLite store).
         lease_seconds: One pass at a time: a pass finding another pass's heartbeat younger
             than this does nothing; an older one (its host died) is taken over.
+        lost_runs_within_seconds: Relaunch runs of the deployment lost before they began
+            their workflow (crashed, or Pending past the stale-heartbeat limit) that were
+            due to start within this many seconds.
     """
     await _name_the_pass(target_deployment)
     lease = None
@@ -78,6 +83,7 @@ async def orphan_sweep(
             credentials,
             ledger,
             lease,
+            lost_runs_within_seconds,
         )
     finally:
         if beat is not None and lease is not None:
@@ -99,6 +105,7 @@ async def _one_pass(
     credentials: CoderCredentials | None,
     ledger: SqliteLedger | PostgresLedger | None,
     lease: SweepLease | None,
+    lost_within: float,
 ) -> dict[str, int]:
     summary = await sweep_orphans(
         target_deployment,
@@ -116,6 +123,9 @@ async def _one_pass(
         for workflow in _one_per_flow_run(summary.stranded):
             if await relaunch_workflow(workflow, max_relaunches):
                 relaunched += 1
+        relaunched += await relaunch_lost_runs(
+            target_deployment, lost_within, stale_heartbeat_seconds, credentials, ledger
+        )
     elif summary.stranded:
         run_log().info(
             f"{len(summary.stranded)} stranded workflow(s) left as they are (self-healing is off)."

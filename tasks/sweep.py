@@ -40,6 +40,7 @@ from prefect_coder.tasks._runtime import (
     runtime,
     with_retries,
 )
+from prefect_coder.tasks.lost_runs import replaces_tag
 from prefect_coder.tasks.runs import run_name, slug
 
 #: A run that ended like this left its workflow unfinished: relaunch it.
@@ -223,7 +224,7 @@ async def relaunch_workflow(workflow: WorkflowRecord, max_relaunches: int = 3) -
             last.deployment_id,
             client=client,
             parameters=last.parameters,
-            tags=[tag],
+            tags=[tag, replaces_tag(last.id)],
             flow_run_name=_next_name(last.name, workflow),
             timeout=0,
             as_subflow=False,

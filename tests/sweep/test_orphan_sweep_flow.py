@@ -19,6 +19,7 @@ from coder_chat.simulator import Simulator
 from prefect_coder.examples.refund import refund_order
 from prefect_coder.flows.durable_chat import durable_chat
 from prefect_coder.flows.orphan_sweep import orphan_sweep
+from prefect_coder.tasks.lost_runs import replaces_tag
 from tests.simulator.wire import Wire
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
@@ -149,3 +150,26 @@ async def test_one_pass_at_a_time_and_a_dead_pass_is_taken_over(
     assert busy["acted"] == 0 and not sim.chat(orphan).archived
     taken = await orphan_sweep(target_deployment="leased", orphan_age_seconds=0, lease_seconds=0)
     assert taken["acted"] == 1 and sim.chat(orphan).archived
+
+
+async def test_a_run_lost_before_it_began_its_workflow_is_relaunched_once(
+    sim: Simulator, coder_env: Path
+) -> None:
+    """The store never heard of its workflow (the run crashed as it started), so only
+    Prefect knows: a crashed run still named as Prefect named it is launched again, once;
+    one that began its workflow (renamed after it) is the stranded path's to judge."""
+    lost = await a_deployed_run("refund-21", Crashed())
+    began = await a_deployed_run("refund-22", Crashed())
+    async with get_client() as client:
+        await client.update_flow_run(began.id, name="refund-22 · epoch 1")
+    first = await orphan_sweep(target_deployment="shop-refunds")
+    again = await orphan_sweep(target_deployment="shop-refunds")
+    assert (first["relaunched"], again["relaunched"]) == (1, 0)
+    async with get_client() as client:
+        [relaunch] = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[replaces_tag(lost.id)]))
+        )
+        others = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[replaces_tag(began.id)]))
+        )
+    assert relaunch.parameters == lost.parameters and others == []

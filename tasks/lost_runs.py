@@ -1,0 +1,131 @@
+"""Runs lost before they began their workflow, found in Prefect and launched again.
+
+A flow run can die before its ``DurableChat`` takes the workflow's first epoch: its
+host killed while the worker submitted it, Prefect's server restarting as it started,
+the store out of reach at its first read. The store never hears of such a workflow,
+so the stranded-workflow path (which starts from the store) cannot find it. Prefect
+can: the run ended Crashed, or sits Pending long after a worker took it, and it still
+has the name Prefect gave it (a run that began its workflow is renamed after it). Each
+is launched again once, from its deployment with its parameters; the relaunch carries
+a tag naming the run it replaces, so no later pass launches it twice.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+from prefect.client.orchestration import PrefectClient, get_client
+from prefect.client.schemas.filters import (
+    DeploymentFilter,
+    DeploymentFilterName,
+    FlowRunFilter,
+    FlowRunFilterExpectedStartTime,
+    FlowRunFilterState,
+    FlowRunFilterStateType,
+    FlowRunFilterTags,
+)
+from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.deployments.flow_runs import arun_deployment
+from prefect.states import Crashed
+
+from prefect_coder.blocks import CoderCredentials
+from prefect_coder.tasks._runtime import Ledger, run_log, runtime
+from prefect_coder.tasks.runs import began_a_workflow
+
+#: The tag every relaunch carries, naming the run it replaces.
+REPLACES = "prefect-coder:replaces:"
+
+
+def replaces_tag(flow_run_id: uuid.UUID | str) -> str:
+    return f"{REPLACES}{flow_run_id}"
+
+
+@task(
+    name="relaunch-lost-runs",
+    task_run_name="relaunch lost runs of {deployment}",
+    cache_policy=NO_CACHE,
+)
+async def relaunch_lost_runs(
+    deployment: str,
+    within_seconds: float,
+    pending_for_seconds: float,
+    credentials: CoderCredentials | None = None,
+    ledger: Ledger | None = None,
+) -> int:
+    """Launch again the runs of ``deployment`` lost before they began a workflow, of those
+    expected to start in the last ``within_seconds``; returns how many were launched."""
+    rt = runtime(credentials, ledger)
+    workflows = await rt.store.list_workflows(rt.tenant, deployment=deployment)
+    known = {w.flow_run_id for w in workflows if w.flow_run_id}
+    relaunched = 0
+    async with get_client() as client:
+        for run in await _candidates(client, deployment, within_seconds, pending_for_seconds):
+            if str(run.id) in known or await _replaced(client, run):
+                continue
+            await _relaunch(client, run)
+            relaunched += 1
+    return relaunched
+
+
+async def _candidates(
+    client: PrefectClient, deployment: str, within: float, pending_for: float
+) -> list[FlowRun]:
+    """Crashed runs, and runs Pending for longer than ``pending_for``, that never began."""
+    now = datetime.now(UTC)
+    runs = await client.read_flow_runs(
+        deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment])),
+        flow_run_filter=FlowRunFilter(
+            state=FlowRunFilterState(
+                type=FlowRunFilterStateType(any_=[StateType.CRASHED, StateType.PENDING])
+            ),
+            expected_start_time=FlowRunFilterExpectedStartTime(
+                after_=now - timedelta(seconds=within)
+            ),
+        ),
+        limit=200,
+    )
+    lost = []
+    for run in runs:
+        if began_a_workflow(run.name) or run.state is None:
+            continue
+        if run.state.type == StateType.PENDING:
+            since = run.state.timestamp
+            if since is None or (now - since).total_seconds() < pending_for:
+                continue
+        lost.append(run)
+    return lost
+
+
+async def _replaced(client: PrefectClient, run: FlowRun) -> bool:
+    later = await client.read_flow_runs(
+        flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[replaces_tag(run.id)])),
+        limit=1,
+    )
+    return bool(later)
+
+
+async def _relaunch(client: PrefectClient, run: FlowRun) -> None:
+    log = run_log()
+    assert run.deployment_id is not None
+    why = "it crashed" if run.state_type == StateType.CRASHED else "it never left Pending"
+    if run.state_type == StateType.PENDING:
+        # No worker runs it any more: say so, so that it is not taken for a live one.
+        message = "Lost before it began its workflow: no worker took it on; relaunched."
+        await client.set_flow_run_state(run.id, Crashed(message=message), force=True)
+    new = await arun_deployment(
+        run.deployment_id,
+        client=client,
+        parameters=run.parameters,
+        tags=[replaces_tag(run.id)],
+        flow_run_name=re.sub(r" \(relaunched\)$", "", run.name) + " (relaunched)",
+        timeout=0,
+        as_subflow=False,
+    )
+    log.info(
+        f"Run {run.name!r} was lost before it began its workflow ({why}); relaunched as "
+        f"{new.name!r} with the same parameters."
+    )
