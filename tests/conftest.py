@@ -49,3 +49,28 @@ def coder_env(sim: Simulator, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 pytest_plugins = ["tests.prefect_harness"]
+
+
+# The files whose tests take a minute or more, started first: on several processes
+# (pyproject's addopts), a long file handed out last would run alone at the end.
+_LONG_FIRST = (
+    "tests/campaign/test_campaign.py",
+    "tests/integration/test_installed_package.py",
+    "tests/integration/test_deployments.py",
+    "tests/fleet/test_fleet.py",
+    "tests/integration/test_ui.py",
+    "tests/integration/test_readme_setup.py",
+    "tests/test_demo.py",
+    "tests/crash/",
+)
+
+
+def _start_rank(item: pytest.Item) -> int:
+    for rank, prefix in enumerate(_LONG_FIRST):
+        if item.nodeid.startswith(prefix):
+            return rank
+    return len(_LONG_FIRST)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=_start_rank)

@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,17 +148,46 @@ async def wait_for_line(proc: Proc, pattern: str, timeout: float) -> re.Match[st
     return await until(found, f"{proc.name} to print /{pattern}/", timeout, [proc])
 
 
-def processes() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, process group) of every live process, from ``/proc``."""
+@dataclass(frozen=True)
+class Process:
+    ppid: int
+    group: int
+    name: str
+    #: When it started, in the clock ticks since boot that ``/proc/<pid>/stat`` counts.
+    started: int
+
+
+def processes() -> dict[int, Process]:
+    """pid -> what ``/proc`` says of every live (non-zombie) process."""
     found = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, ValueError, IndexError):
             text = stat.read_text()
-            # "pid (comm) state ppid pgrp ...": comm may hold spaces, so split after ")".
-            state, ppid, pgrp = text[text.rindex(")") + 2 :].split()[:3]
-            if state != "Z":
-                found[int(stat.parent.name)] = (int(ppid), int(pgrp))
+            # "pid (comm) state ppid pgrp ... starttime ...": comm may hold spaces, so
+            # split after ")"; starttime is the 22nd field, the 20th after ")".
+            fields = text[text.rindex(")") + 2 :].split()
+            if fields[0] != "Z":
+                name = text[text.index("(") + 1 : text.rindex(")")]
+                found[int(stat.parent.name)] = Process(
+                    int(fields[1]), int(fields[2]), name, int(fields[19])
+                )
     return found
+
+
+def boot_ticks() -> int:
+    """Now, in the units of :attr:`Process.started`."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
+
+
+def survivors(killed: dict[int, int]) -> list[str]:
+    """Live processes of the groups in ``killed`` (group -> :func:`boot_ticks` when it was
+    killed) that were there at the kill. Only those: a free pid, and the group id it
+    named, is soon handed to a new process (other tests run beside this one)."""
+    return [
+        f"{pid} {proc.name} (group {proc.group})"
+        for pid, proc in processes().items()
+        if proc.group in killed and proc.started <= killed[proc.group]
+    ]
 
 
 def freeze_tree(root: int) -> set[int]:
@@ -171,8 +201,8 @@ def freeze_tree(root: int) -> set[int]:
             pid = todo.pop()
             if pid in table and pid not in tree:
                 tree.add(pid)
-                todo.extend(p for p, (ppid, _) in table.items() if ppid == pid)
-        groups = {table[pid][1] for pid in tree} - frozen - {ours}
+                todo.extend(p for p, proc in table.items() if proc.ppid == pid)
+        groups = {table[pid].group for pid in tree} - frozen - {ours}
         if not groups:
             return frozen
         for group in groups:

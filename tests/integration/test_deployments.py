@@ -61,6 +61,7 @@ from coder_chat.simulator import Simulator, SimulatorConfig, serve_simulator
 from coder_chat.simulator.state import Chat
 from prefect_coder.payments import serve_payments
 from prefect_coder.tasks.runs import run_name, slug
+from tests.integration.procs import boot_ticks, freeze_tree, survivors
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(sys.executable).parent / "prefect")
@@ -112,8 +113,8 @@ class Processes:
 
     root: Path
     started: list[Proc] = field(default_factory=list)
-    #: Every process group the test has killed.
-    groups: set[int] = field(default_factory=set)
+    #: Every process group the test has killed, and when (:func:`boot_ticks`).
+    killed: dict[int, int] = field(default_factory=dict)
 
     async def start(self, name: str, *argv: str, env: dict[str, str], cwd: Path) -> Proc:
         log = self.root / f"{name}.log"
@@ -157,8 +158,8 @@ class Processes:
         """
         if proc.running:  # not reaped yet, so its pid (and group id) is still its own
             groups = freeze_tree(proc.proc.pid) | {proc.proc.pid}
-            self.groups |= groups
             for group in groups:
+                self.killed[group] = boot_ticks()
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(group, signal.SIGKILL)
 
@@ -174,51 +175,13 @@ class Processes:
                 await proc.proc.wait()
 
     def leftovers(self) -> list[str]:
-        """Live (non-zombie) processes still in any process group the test killed."""
-        return [
-            f"{pid} {name} (group {group})"
-            for pid, (_, group, state, name) in processes().items()
-            if group in self.groups and state != "Z"
-        ]
+        """Live processes still in any process group the test killed."""
+        return survivors(self.killed)
 
     def diagnostics(self) -> str:
         return "\n".join(
             f"\n===== {p.name} (exit {p.proc.returncode}) =====\n{p.tail()}" for p in self.started
         )
-
-
-def processes() -> dict[int, tuple[int, int, str, str]]:
-    """pid -> (parent pid, process group, state, name) of every process, from ``/proc``."""
-    found = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, ValueError, IndexError):
-            text = stat.read_text()
-            # "pid (comm) state ppid pgrp ...": comm may hold spaces, so split after ")".
-            name = text[text.index("(") + 1 : text.rindex(")")]
-            state, ppid, pgrp = text[text.rindex(")") + 2 :].split()[:3]
-            found[int(stat.parent.name)] = (int(ppid), int(pgrp), state, name)
-    return found
-
-
-def freeze_tree(root: int) -> set[int]:
-    """SIGSTOP every process group in ``root``'s tree until no new one appears; return them."""
-    frozen: set[int] = set()
-    ours = os.getpgrp()
-    while True:
-        table = processes()
-        tree, todo = set(), [root]
-        while todo:
-            pid = todo.pop()
-            if pid in table and pid not in tree:
-                tree.add(pid)
-                todo.extend(p for p, (ppid, *_) in table.items() if ppid == pid)
-        groups = {table[pid][1] for pid in tree} - frozen - {ours}
-        if not groups:
-            return frozen
-        for group in groups:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(group, signal.SIGSTOP)
-        frozen |= groups
 
 
 def free_port() -> int:

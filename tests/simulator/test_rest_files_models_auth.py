@@ -387,7 +387,7 @@ async def test_a_file_only_prompt_is_titled_new_chat(sim: Simulator) -> None:
         assert response.json()["title"] == "New Chat"
 
 
-@pytest.mark.parametrize("file_id", [str(uuid.uuid4()), "not-a-uuid", None])
+@pytest.mark.parametrize("file_id", ["6f1c2d4e-8a9b-4c3d-9e0f-1a2b3c4d5e6f", "not-a-uuid", None])
 async def test_unknown_file_in_content_is_400(sim: Simulator, file_id: str | None) -> None:
     async with Wire(sim) as wire:
         content = [{"type": "text", "text": "see"}, {"type": "file", "file_id": file_id}]

@@ -246,7 +246,7 @@ async def test_bad_after_id_is_a_400_before_the_upgrade(sim: Simulator, after_id
 @pytest.mark.parametrize(
     ("chat_id", "status", "message"),
     [
-        (str(uuid.uuid4()), 404, NOT_FOUND),
+        ("6f1c2d4e-8a9b-4c3d-9e0f-1a2b3c4d5e6f", 404, NOT_FOUND),
         ("not-a-uuid", 400, None),
     ],
 )
