@@ -36,6 +36,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import inspect
 import os
 import time
 import uuid
@@ -136,18 +138,22 @@ async def turn_task(index: int) -> Small:
     return Small(index=index, text=result.text)
 
 
-@durable_task(
-    name="run-turn-shell",
-    task_run_name="{run.workflow_id} · step {step}{run.of_turns}",
-    cache_key_fn=step_cache_key,
-)
-async def shell(
-    run: WorkflowRun, step: int, prompt: str, output: type[BaseModel] | None = None
-) -> StepResult:
-    """``run_turn``'s options and parameters, with a body that does nothing."""
+@functools.wraps(run_turn.fn)  # run_turn's signature, so Prefect sees the same parameters
+async def _nothing(*args: Any, **kwargs: Any) -> StepResult:
+    """``run_turn``'s parameters, and a body that does nothing."""
+    bound = inspect.signature(run_turn.fn).bind(*args, **kwargs).arguments
+    run: WorkflowRun = bound["run"]
     return StepResult(
-        workflow_id=run.workflow_id, step=step, text=prompt, chat_id="-", verdict="ran"
+        workflow_id=run.workflow_id, step=bound["step"], text="", chat_id="-", verdict="ran"
     )
+
+
+#: ``run_turn``'s options (the same ``durable_task``, name pattern and cache key).
+shell = durable_task(
+    name="run-turn-shell",
+    task_run_name=cast(str, run_turn.task_run_name),
+    cache_key_fn=step_cache_key,
+)(_nothing)
 
 
 async def result_of(call: Any) -> Any:

@@ -21,7 +21,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--variant",
         nargs="+",
         default=[],
-        choices=["sqlite", "postgres", "second-machine", "concurrent"],
+        choices=["sqlite", "postgres", "second-machine", "concurrent", "refund"],
         help="draw variants only from these (default: all)",
     )
     parser.add_argument("--workdir", type=Path, help="where schedule folders go")
