@@ -60,6 +60,7 @@ _LONG_FIRST = (
     "tests/fleet/test_fleet.py",
     "tests/integration/test_ui.py",
     "tests/integration/test_readme_setup.py",
+    "tests/integration/test_readme_fleet.py",
     "tests/test_demo.py",
     "tests/crash/",
 )

@@ -80,9 +80,8 @@ pytestmark = [
     ),
 ]
 
-MARKER = re.compile(
-    r"<!-- setup: (?P<step>\d+)(?P<attrs>[^>]*?)-->\n```bash\n(?P<body>.*?)\n```", re.DOTALL
-)
+#: A marked block: ``<!-- TAG: N attributes -->`` on the line before its ``bash`` fence.
+MARKER = r"<!-- {tag}: (?P<step>\d+)(?P<attrs>[^>]*?)-->\n```bash\n(?P<body>.*?)\n```"
 ATTRIBUTE = re.compile(r'([a-z-]+)(?:=(?:"([^"]*)"|(\S+)))?')
 EXPORT = re.compile(r"^export ([A-Z_][A-Z0-9_]*)=")
 
@@ -98,16 +97,16 @@ class Block:
     paste_from: int | None = None
 
 
-def setup_section(text: str) -> str:
-    start = text.index(SECTION)
-    end = text.find("\n## ", start + len(SECTION))
+def setup_section(text: str, title: str = SECTION) -> str:
+    start = text.index(title)
+    end = text.find("\n## ", start + len(title))
     return text[start : end if end != -1 else len(text)]
 
 
-def setup_blocks(text: str) -> list[Block]:
-    """The marked ``bash`` blocks of the README's setup section, in order."""
+def setup_blocks(text: str, tag: str = "setup") -> list[Block]:
+    """The ``bash`` blocks of ``text`` marked with ``tag``, in order."""
     blocks = []
-    for match in MARKER.finditer(setup_section(text)):
+    for match in re.finditer(MARKER.format(tag=tag), text, re.DOTALL):
         attrs: dict[str, Any] = {}
         for name, quoted, bare in ATTRIBUTE.findall(match["attrs"]):
             value = quoted or bare
@@ -128,11 +127,21 @@ def test_the_setup_blocks_are_marked_numbered_and_safe_to_paste_in_order() -> No
     """Cheap checks of the README's markup (the end-to-end test below runs it)."""
     section = setup_section(README.read_text())
     blocks = setup_blocks(section)
+    check_markup(section, blocks)
+    [install] = [b for b in blocks if b.install]
+    assert install.step == 1
+    # The install step is CI's: the same pip command on a fresh clone, every run.
+    assert ". .venv/bin/activate" in install.body
+    assert 'pip install -c constraints.txt -e ".[dev]"' in install.body
+    assert '-c constraints.txt -e ".[dev]"' in (ROOT / ".ci" / "run").read_text()
+
+
+def check_markup(section: str, blocks: list[Block]) -> None:
+    """Numbered from 1, every ``bash`` block marked, long-running commands in the
+    background with a line that says they are ready, pasted exports from an earlier step."""
     assert [b.step for b in blocks] == list(range(1, len(blocks) + 1))
     # Every bash block of the section is a marked step: none is skipped by the test.
     assert section.count("```bash") == len(blocks)
-    [install] = [b for b in blocks if b.install]
-    assert install.step == 1
     for block in blocks:
         long_running = [c for c in LONG_RUNNING if c in block.body]
         if block.background:
@@ -146,10 +155,6 @@ def test_the_setup_blocks_are_marked_numbered_and_safe_to_paste_in_order() -> No
             source = blocks[block.paste_from - 1]
             assert source.background and source.step < block.step
             assert all(EXPORT.match(line) for line in block.body.splitlines())
-    # The install step is CI's: the same pip command on a fresh clone, every run.
-    assert ". .venv/bin/activate" in install.body
-    assert 'pip install -c constraints.txt -e ".[dev]"' in install.body
-    assert '-c constraints.txt -e ".[dev]"' in (ROOT / ".ci" / "run").read_text()
 
 
 # -- the end-to-end run -------------------------------------------------------------------------
@@ -238,16 +243,23 @@ async def scenario(procs: Processes, tmp: Path) -> None:
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     terminals = Terminals(procs, tmp, checkout_for(tmp), fresh_machine_env(tmp, port))
+    background = await paste(terminals, setup_blocks(setup_section(README.read_text())))
+    assert await http_ok(f"{api}/health")
+    simulator = dict(shlex.split(line)[1].split("=", 1) for line in exports(background[4].output()))
+    with temporary_settings(updates={PREFECT_API_URL: api}):
+        async with get_client() as client:
+            await check_the_run(client, simulator, list(background.values()))
+
+
+async def paste(terminals: Terminals, blocks: list[Block]) -> dict[int, Proc]:
+    """Paste ``blocks`` in order, as a person would; the background steps' processes."""
     background: dict[int, Proc] = {}
-    outputs: dict[int, str] = {}
-    for block in setup_blocks(README.read_text()):
+    for block in blocks:
         name = f"step-{block.step}"
         watch = list(background.values())
         if block.install:
             # Not run (see the module's doc); its virtualenv is the test's own.
-            outputs[block.step] = await terminals.run(
-                name, block.terminal, ". .venv/bin/activate", watch
-            )
+            await terminals.run(name, block.terminal, ". .venv/bin/activate", watch)
         elif block.background:
             assert block.ready is not None
             proc = await terminals.start(name, block.terminal, block.body)
@@ -257,17 +269,10 @@ async def scenario(procs: Processes, tmp: Path) -> None:
             printed = exports(background[block.paste_from].output())
             # What the README shows is what was printed: the same variables, in order.
             assert exported_names(block.body) == exported_names("\n".join(printed))
-            outputs[block.step] = await terminals.run(
-                name, block.terminal, "\n".join(printed), watch
-            )
+            await terminals.run(name, block.terminal, "\n".join(printed), watch)
         else:
-            outputs[block.step] = await terminals.run(name, block.terminal, block.body, watch)
-
-    assert await http_ok(f"{api}/health")
-    simulator = dict(shlex.split(line)[1].split("=", 1) for line in exports(background[4].output()))
-    with temporary_settings(updates={PREFECT_API_URL: api}):
-        async with get_client() as client:
-            await check_the_run(client, simulator, list(background.values()))
+            await terminals.run(name, block.terminal, block.body, watch)
+    return background
 
 
 def exported_names(text: str) -> list[str]:
