@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import TypeVar
 
 from pydantic import BaseModel
@@ -107,6 +108,8 @@ class ChatSession:
         self._segments = 0
         #: What stopping the last turn's run came to, when it had to be stopped.
         self.last_stop: StopOutcome | None = None
+        #: When that stop's interrupt was sent (this machine's clock), if it was.
+        self.last_stop_at: datetime | None = None
 
     def __repr__(self) -> str:
         return f"ChatSession(chat_id={self.chat_id!r}, last_seen_message_id={self.last_seen_message_id!r})"
@@ -132,7 +135,7 @@ class ChatSession:
         if not prompt.strip():
             raise CoderConfigError("prompt must not be empty")
         self._busy = True
-        self.last_stop = None
+        self.last_stop = self.last_stop_at = None
         turn = Turn(self, prompt, output_type)
         try:
             if deadline is None:

@@ -14,6 +14,7 @@ import functools
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
@@ -374,6 +375,7 @@ class Turn:
                     await self.client.delete_queued_message(chat_id, self.queued_id)
                     outcome = "withdrawn"
                 else:
+                    self.session.last_stop_at = datetime.now(UTC)
                     await self.client.interrupt_chat(chat_id)
                     outcome = "interrupted"
         except CoderApiError as exc:

@@ -31,6 +31,10 @@ class DurableOptions:
     step_deadline: float | None = 600.0
     #: Bounds recovery's interrupt (the reference's 15 s).
     interrupt_timeout: float = 15.0
+    #: How far Coder's clock may lag this machine's. An interrupt whose outcome is
+    #: unknown did not cut an attempt whose messages Coder stamped earlier than the
+    #: interrupt was sent, by more than this.
+    clock_skew: float = 5.0
     #: The settle poll's turn-scale budget: a reconciled pause revives a whole run.
     settle_timeout: float = 600.0
     poll_interval: float = 1.0

@@ -10,7 +10,9 @@ that its ending must not be taken for a finished attempt.
 * A journaled ``resumed``/``cut-short`` verdict for this very attempt is honoured (a
   ``cut-short`` intent is re-driven: the journal records intent, not a landed interrupt).
 * After a timeout or an abort, an interrupt was fired already: interrupt (again) and
-  count the attempt as cut short.
+  count the attempt as cut short; unless the outcome of that first interrupt is unknown
+  (sent, no answer): then the attempt is cut unless Coder stamped all of it before the
+  interrupt was sent (:func:`.step._ended_before`).
 * After a hard crash, a live run *is* the crashed attempt doing the step's work: it
   is left to finish, and only interrupted if it is still going after
   ``settle_timeout``. Interrupting it would throw that work away and make the step
@@ -42,13 +44,19 @@ SETTLED = frozenset({"waiting", "completed", "error"})
 class Settled:
     status: str
     cut_short: bool
+    #: Set when the attempt ended in a timeout or abort whose interrupt's outcome is
+    #: unknown: when it was sent. The attempt is cut unless history shows it had ended.
+    stopped_at: datetime | None = None
 
 
 async def settle_wait(ctx: StepContext, chat_id: str, reason: RecoveryReason) -> Settled:
     async with within(ctx.options.interrupt_timeout, "reading the chat's state", chat_id):
         status = (await ctx.client.get_chat(chat_id)).status
-        journaled = await _journaled(ctx, chat_id)
+        entry, attempts = await _journal(ctx, chat_id)
+    # The entry classifies the attempt it names, and only while it is the last one.
+    journaled = entry if entry is not None and entry.attempt == attempts else None
     pinned = reason in PINS_CUT_SHORT
+    stopped_at: datetime | None = None
     if status == "requires_action":
         cut_short = await _answer_pause(ctx, chat_id, reason, pinned)
     elif journaled is not None and journaled.state != "submitting":
@@ -60,7 +68,10 @@ async def settle_wait(ctx: StepContext, chat_id: str, reason: RecoveryReason) ->
         )
     elif pinned:
         await _interrupt(ctx, chat_id)
-        cut_short = True
+        # A stop written after its send landed names the attempt just before the count.
+        if entry is not None and attempts in (entry.attempt, entry.attempt + 1):
+            stopped_at = entry.stopped_at
+        cut_short = stopped_at is None  # else history decides (step.recover)
         ctx.report(
             f"{ctx.name}: the earlier attempt ended in a {_plain(reason)}; "
             "stopped what was left of it on the chat."
@@ -75,17 +86,18 @@ async def settle_wait(ctx: StepContext, chat_id: str, reason: RecoveryReason) ->
     if journaled is not None and journaled.state == "submitting":
         landed = await _sleep_out_horizon(ctx, chat_id, journaled)
         cut_short = cut_short or (not landed and journaled.attempt > 0)
-    return await _poll(ctx, chat_id, cut_short)
+    settled = await _poll(ctx, chat_id, cut_short)
+    settled.stopped_at = stopped_at
+    return settled
 
 
-async def _journaled(ctx: StepContext, chat_id: str) -> JournalEntry | None:
-    """The journal entry, if it classifies this step's current attempt."""
+async def _journal(ctx: StepContext, chat_id: str) -> tuple[JournalEntry | None, int]:
+    """This step's journal entry on the chat, if any, and how many attempts it has."""
     record = await ctx.store.get_chat(ctx.tenant, chat_id)
     entry = record.journal if record else None
     if entry is None or entry.marker != ctx.marker:
-        return None
-    attempts = await count_attempts(ctx.client, chat_id, ctx.marker)
-    return entry if entry.attempt == attempts else None
+        return None, 0
+    return entry, await count_attempts(ctx.client, chat_id, ctx.marker)
 
 
 async def _answer_pause(

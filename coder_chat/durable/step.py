@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict
 from ..client.session import ChatSession
 from ..client.tools import ClientTool, structured_output_tool
 from ..errors import CoderApiError, CoderChatError, CoderError, CoderStreamError
-from ..protocol.models import Chat
+from ..protocol.models import Chat, ChatMessage
 from ..protocol.transcript import (
     TranscriptMessage,
     answered_by_server,
@@ -229,18 +229,20 @@ async def recover(
     while settled.status == "requires_action" and rounds < MAX_SETTLE_ROUNDS:
         settled = await settle_wait(ctx, chat_id, reason)
         rounds += 1
-    cut_short = settled.cut_short or reason in PINS_CUT_SHORT
+    cut_short = settled.cut_short or (reason in PINS_CUT_SHORT and settled.stopped_at is None)
     tail = await read_tail(ctx.client, chat_id)
     last_user = tail.last_user
     submitted = last_user is not None and ctx.marker in last_user.text()
     if not submitted:
         ctx.report(f"{ctx.name}: its prompt never reached the chat.")
         return None
+    assert last_user is not None
+    if settled.stopped_at is not None and not cut_short:
+        cut_short = not _ended_before(tail.after(last_user), settled.stopped_at, ctx)
     if cut_short or settled.status not in ("waiting", "completed"):
         why = "it was cut short" if cut_short else f"the chat ended in {settled.status}"
         ctx.report(f"{ctx.name}: the earlier attempt did not finish ({why}).")
         return None
-    assert last_user is not None
     after = to_transcript(tail.after(last_user)).messages
     if _outcome_never_seen(ctx, after):
         ctx.report(
@@ -259,6 +261,22 @@ async def recover(
         "and nothing is sent again."
     )
     return _Recovered(final_text(after, ctx.tools.names), output, cursor)
+
+
+def _ended_before(attempt: list[ChatMessage], stopped_at: datetime, ctx: StepContext) -> bool:
+    """Had Coder written the whole attempt before an interrupt sent at ``stopped_at``
+    (this machine's clock) could have reached it? Anything an interrupt cuts is written
+    after it lands, so an attempt stamped earlier, beyond the allowed clock skew, was
+    not cut by it."""
+    limit = stopped_at - timedelta(seconds=ctx.options.clock_skew)
+    stamps = [m.created_at for m in attempt]
+    ended = bool(stamps) and all(s is not None and s < limit for s in stamps)
+    if ended:
+        ctx.report(
+            f"{ctx.name}: the earlier attempt had finished before its interrupt was sent "
+            "(whether that interrupt reached Coder is unknown), so it was not cut short."
+        )
+    return ended
 
 
 async def _check_sent_prompt(ctx: StepContext, spec: StepSpec, chat_id: str) -> None:
@@ -402,11 +420,14 @@ async def _after_failure(
     # (it had ended by itself), the interrupt never left, or the prompt was withdrawn.
     # Then recovery judges the attempt from history, as after a crash.
     cut = session.last_stop not in ("idle", "undelivered", "withdrawn")
+    # An interrupt sent whose outcome never came back: when it was sent, so that
+    # recovery can tell an attempt Coder had finished before it.
+    stopped_at = session.last_stop_at if session.last_stop == "unknown" else None
     try:
         if cut and isinstance(exc, CoderChatError) and exc.kind == "timeout":
-            await _journal_reason(ctx, chat_id, entry, "timeout")
+            await _journal_reason(ctx, chat_id, entry, "timeout", stopped_at)
         elif cut and isinstance(exc, TimeoutError | asyncio.CancelledError):
-            await _journal_reason(ctx, chat_id, entry, "abort")
+            await _journal_reason(ctx, chat_id, entry, "abort", stopped_at)
         elif isinstance(exc, CoderApiError) and entry is not None and _send_refused(exc):
             # The server refused the send: nothing is in flight, so recovery need not
             # sleep out the commit horizon before sending again.
@@ -476,11 +497,17 @@ async def _journal_send(ctx: StepContext, chat_id: str, again: bool) -> JournalE
 
 
 async def _journal_reason(
-    ctx: StepContext, chat_id: str, entry: JournalEntry | None, reason: RecoveryReason
+    ctx: StepContext,
+    chat_id: str,
+    entry: JournalEntry | None,
+    reason: RecoveryReason,
+    stopped_at: datetime | None,
 ) -> None:
-    """Record why the attempt failed, so a later recovery pins ``cut_short``."""
+    """Record why the attempt failed, so a later recovery pins ``cut_short`` (unless the
+    stop's outcome is unknown and Coder had finished the attempt before it was sent)."""
     base = entry or JournalEntry(state="submitting", marker=ctx.marker, attempt=0, at=utcnow())
-    await ctx.store.write_journal(ctx.fence, chat_id, base.model_copy(update={"reason": reason}))
+    update = {"reason": reason, "stopped_at": stopped_at}
+    await ctx.store.write_journal(ctx.fence, chat_id, base.model_copy(update=update))
 
 
 async def _ledger_notes(ctx: StepContext, chat_id: str) -> list[str]:

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+import httpx
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import StateType
 from prefect.states import Crashed
@@ -134,8 +135,10 @@ async def _wait(
 ) -> None:
     give_up = time.monotonic() + limit
     while time.monotonic() < give_up:
-        if await probe():
-            return
+        # A probe that reads Prefect's API while a fault restarts its server asks again.
+        with contextlib.suppress(httpx.TransportError):
+            if await probe():
+                return
         await asyncio.sleep(POLL)
     played.notes.append(f"stopped waiting for the {phase} phase after {limit:.0f}s")
 

@@ -24,7 +24,7 @@ from coder_chat.durable.markers import LABEL_STEP, LABEL_STORE, LABEL_WORKFLOW, 
 from coder_chat.durable.reconcile import answer_pause
 from coder_chat.durable.records import JournalEntry, PromptChanged, args_digest, utcnow
 from coder_chat.durable.sqlite import SqliteStore
-from coder_chat.durable.step import StepSpec, run_step
+from coder_chat.durable.step import StepResult, StepSpec, run_step
 from coder_chat.durable.tools import durable_tool
 from coder_chat.errors import CoderToolError
 from coder_chat.protocol.models import ChatMessage
@@ -587,3 +587,55 @@ async def test_a_timeout_whose_interrupt_found_nothing_running_is_recovered_not_
         users = await user_messages(client, first.chat_id)
     assert again.verdict == "recovered"
     assert sum(1 for m in users if "[wf-idle/step-2]" in m.text()) == 1  # never sent again
+
+
+async def lost_interrupt_then_retry(
+    sim: Simulator, store: SqliteStore, workflow_id: str, retry: DurableOptions
+) -> tuple[StepResult, int]:
+    """Step 2's turn times out blind (its stream refused) after the run finished; the
+    interrupt it sends is cut before it takes effect, so its outcome is unknown. Then
+    the step runs again with ``retry``: its verdict, and how often step 2 was sent."""
+    tenant = str(sim.organization_id)
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        fence = await store.begin_run(tenant, workflow_id)
+        first = await run_step(
+            StepContext(client, store, fence, workflow_id, 1, StepTools(), FAST),
+            StepSpec(prompt="plan it"),
+        )
+        blind = replace(FAST, request_timeout=1.0, redial_initial=5.0)
+        ctx = StepContext(client, store, fence, workflow_id, 2, StepTools(), blind)
+        sim.faults.fail_next("stream", 503, count=50)
+        sim.faults.cut_before_commit("interrupt")
+        with pytest.raises(CoderChatError) as timed_out:
+            await run_step(ctx, StepSpec(prompt="summarise"))
+        assert timed_out.value.kind == "timeout"
+        sim.faults.clear()
+        record = await store.get_chat(tenant, first.chat_id)
+        assert record is not None and record.journal is not None
+        assert record.journal.reason == "timeout" and record.journal.stopped_at is not None
+        again = await run_step(replace(ctx, options=retry), StepSpec(prompt="summarise"))
+        users = await user_messages(client, first.chat_id)
+    return again, sum(1 for m in users if f"[{workflow_id}/step-2]" in m.text())
+
+
+async def test_an_attempt_finished_before_its_lost_interrupt_was_sent_is_recovered(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    """Whether the interrupt reached Coder is unknown, but Coder stamped the whole
+    attempt well before it was sent (by more than the allowed clock skew): it cannot
+    have cut it, so the retry takes the answer and sends nothing again."""
+    again, sends = await lost_interrupt_then_retry(
+        sim, store, "wf-lost-stop", replace(FAST, clock_skew=0.2)
+    )
+    assert again.verdict == "recovered" and sends == 1
+
+
+async def test_a_lost_interrupt_within_the_clock_skew_still_cuts_the_attempt(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    """The same attempt, judged with a clock skew larger than the gap between its end
+    and the interrupt: the interrupt may have cut it, so it is sent again."""
+    again, sends = await lost_interrupt_then_retry(
+        sim, store, "wf-lost-stop-skew", replace(FAST, clock_skew=30.0)
+    )
+    assert again.verdict == "resubmitted" and sends == 2
