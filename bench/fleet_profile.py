@@ -1,6 +1,6 @@
 """Where a ``durable_chats`` fleet spends CPU that the same fleet of plain tasks does not.
 
-Run: ``python -m bench.fleet_profile [--size 200] [--timer cpu|wall] [--out DIR] [--top 25]``.
+Run: ``python -m bench.fleet_profile [--size 200] [--timer cpu|wall|none] [--out DIR] [--top 25]``.
 
 One run of ``bench.fleet``'s row (b), N workflows of plain ``@task(persist_result=True)``
 turns, and one of row (c), one ``durable_chats`` flow run of the same N workflows on the
@@ -12,7 +12,8 @@ thread) is read from ``/proc`` per thread and shown beside it.
 
 The timer is this thread's CPU time (``--timer cpu``), or wall time (``--timer wall``:
 then a call that blocks the event loop, waiting on another thread or the network, shows
-as time spent in it, which CPU time hides). Printed per step (a turn): CPU of each
+as time spent in it, which CPU time hides), or none (``--timer none``: no profiler, only
+each thread's CPU, without cProfile's overhead, which about doubles it). Printed per step (a turn): CPU of each
 thread; self time by package; then the functions whose cumulative time grew most from
 (b) to (c): ours (``prefect_coder``, ``coder_chat``) and Prefect's. Profiles are saved
 under ``--out`` for ``python -m pstats``.
@@ -45,10 +46,10 @@ Stats = dict[Key, tuple[int, int, float, float, Any]]
 class Profiled:
     row: Row
     threads: ThreadCpu
-    profiler: cProfile.Profile
+    profiler: cProfile.Profile | None
     stats: Stats
     #: The same for Prefect's global loop thread.
-    global_profiler: cProfile.Profile
+    global_profiler: cProfile.Profile | None
     global_stats: Stats
 
     @property
@@ -94,6 +95,10 @@ def on_global_loop(call: Callable[[], None]) -> None:
 
 
 def profiled_row(sim: Any, kind: str, how: str, size: int, body: Body, timer: str) -> Profiled:
+    if timer == "none":
+        with thread_sampling() as threads:
+            row = measure(sim, kind, how, size, body)
+        return Profiled(row, threads, None, {}, None, {})
     clock: Callable[[], float] = time.thread_time if timer == "cpu" else time.perf_counter
     profiler = cProfile.Profile(clock)
     # Prefect's global loop thread runs what its sync-from-async bridges hand it.
@@ -116,7 +121,7 @@ def profiled_row(sim: Any, kind: str, how: str, size: int, body: Body, timer: st
 
 
 def report_threads(b: Profiled, c: Profiled) -> None:
-    print("\n  CPU ms per step by thread (from /proc; the profiled thread is MainThread):")
+    print("\n  CPU ms per step by thread (from /proc; the event loop is MainThread):")
     names = sorted(
         set(b.threads.by_name()) | set(c.threads.by_name()),
         key=lambda n: -c.threads.by_name().get(n, 0.0),
@@ -130,7 +135,7 @@ def report_threads(b: Profiled, c: Profiled) -> None:
     for p in (b, c):
         print(
             f"    {p.row.how}: process CPU {p.row.cpu_ms_per_step or 0:.2f} ms/step, "
-            f"wall {p.row.wall:.1f} s (profiled)"
+            f"wall {p.row.wall:.1f} s"
         )
 
 
@@ -181,13 +186,13 @@ def report_global_loop(b: Profiled, c: Profiled, unit: str, top: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=200, help="workflows in each fleet")
-    parser.add_argument("--timer", choices=("cpu", "wall"), default="cpu")
+    parser.add_argument("--timer", choices=("cpu", "wall", "none"), default="cpu")
     parser.add_argument("--out", default="/tmp/fleet-profile", help="where the profiles go")
     parser.add_argument("--top", type=int, default=25, help="functions listed per table")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    unit = "CPU of the thread" if args.timer == "cpu" else "wall time"
+    unit = {"cpu": "CPU of the thread", "wall": "wall time", "none": "none"}[args.timer]
     print(
         f"fleet profile: N={args.size} workflows of {len(PROMPTS)} turns, (b) then (c), "
         f"cProfile timer: {unit}; at start {load()}"
@@ -212,11 +217,16 @@ def main() -> None:
     for p in (b, c):
         if p.row.problems:
             sys.exit(f"{p.row.how}: {len(p.row.problems)} incomplete: {p.row.problems[:3]}")
+        if p.profiler is None or p.global_profiler is None:
+            continue
         path = out / f"{p.row.kind}-{args.size}-{args.timer}.prof"
         p.profiler.dump_stats(path)
         p.global_profiler.dump_stats(path.with_suffix(".global-loop.prof"))
         print(f"  saved {path} (and .global-loop.prof)")
     report_threads(b, c)
+    if args.timer == "none":
+        print(f"\n  at end {load()}")
+        return
     report_packages(b, c, unit)
     report_functions(
         b,
