@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 import statistics
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import asyncpg
 import httpx
 
 from bench._simproc import SimProcess
@@ -42,14 +44,20 @@ def load() -> str:
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f} ({os.cpu_count()} cores)"
 
 
-def requests_served(sim: SimProcess) -> int:
-    """How many chat API requests the simulator has served (admin routes not counted)."""
+def request_counts(sim: SimProcess) -> Counter[str]:
+    """How many chat API requests the simulator has served, by route (admin routes not
+    counted)."""
     response = httpx.get(
         f"{sim.base_url}/simulator/v1/records/request-counts", headers=sim.headers, timeout=30
     )
     response.raise_for_status()
     counts: dict[str, int] = response.json()
-    return sum(counts.values())
+    return Counter(counts)
+
+
+def requests_served(sim: SimProcess) -> int:
+    """How many chat API requests the simulator has served (admin routes not counted)."""
+    return sum(request_counts(sim).values())
 
 
 def clear_requests(sim: SimProcess) -> None:
@@ -70,3 +78,25 @@ def latency(samples: list[float]) -> Latency:
     ordered = sorted(samples)
     p99 = ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
     return Latency(statistics.median(ordered) * 1000, p99 * 1000, statistics.fmean(ordered) * 1000)
+
+
+async def postgres_reachable(dsn: str) -> str | None:
+    """``None`` when a connection to ``dsn`` opens, else why not."""
+    try:
+        conn = await asyncpg.connect(dsn, timeout=10)
+    except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+    await conn.close()
+    return None
+
+
+async def drop_schema(dsn: str, schema: str) -> None:
+    """Drop a throwaway schema a benchmark's Postgres store made (nothing if unreachable)."""
+    try:
+        conn = await asyncpg.connect(dsn)
+    except (OSError, asyncpg.PostgresError):
+        return
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await conn.close()

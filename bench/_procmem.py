@@ -8,7 +8,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -103,3 +103,51 @@ def tree_of(root: int) -> Callable[[Peak], None]:
         peak.processes = max(peak.processes, len(pids))
 
     return read
+
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu() -> dict[int, float]:
+    """CPU seconds (user and system) of each of this process's threads, by native id."""
+    found = {}
+    for stat in Path("/proc/self/task").glob("*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            text = stat.read_text()
+            fields = text[text.rindex(")") + 2 :].split()
+            found[int(stat.parent.name)] = (int(fields[11]) + int(fields[12])) / TICKS
+    return found
+
+
+@dataclass
+class ThreadCpu:
+    """Each thread's CPU seconds over a window, by its Python name, threads that ended
+    during the window included as they were last seen (sampled every ``interval``)."""
+
+    start: dict[int, float] = field(default_factory=dict)
+    last: dict[int, float] = field(default_factory=dict)
+    names: dict[int, str] = field(default_factory=dict)
+
+    def sample(self) -> None:
+        for thread in threading.enumerate():
+            if thread.native_id is not None:
+                self.names.setdefault(thread.native_id, thread.name)
+        self.last.update(thread_cpu())
+
+    def by_name(self) -> dict[str, float]:
+        """CPU seconds by thread name (numbers in names dropped, so that a pool's threads
+        and a worker restarted under a new number add up)."""
+        totals: dict[str, float] = {}
+        for tid, seconds in self.last.items():
+            name = self.names.get(tid, "(not a Python thread)")
+            name = "".join(c for c in name if not c.isdigit()).rstrip("-_ ")
+            totals[name] = totals.get(name, 0.0) + seconds - self.start.get(tid, 0.0)
+        return totals
+
+
+@contextmanager
+def thread_sampling(interval: float = 0.2) -> Iterator[ThreadCpu]:
+    """Each thread's CPU over the block (see :class:`ThreadCpu`)."""
+    cpu = ThreadCpu(start=thread_cpu())
+    with sampling(lambda _peak: cpu.sample(), interval):
+        yield cpu

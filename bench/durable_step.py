@@ -45,12 +45,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import asyncpg
 from prefect import flow, task
 from prefect.client.schemas.objects import State
 from pydantic import BaseModel, SecretStr
 
-from bench._common import Latency, latency, load, prefect_api, requests_served
+from bench._common import Latency, drop_schema, latency, load, prefect_api, requests_served
 from bench._simproc import SimProcess, simulator_process
 from coder_chat import ChatClient, ChatSession
 from coder_chat.client.events import HttpResponse, TransportEvent, WsEvent
@@ -453,17 +452,6 @@ def report(variants: list[Variant]) -> None:
         f"  ratio, durable step p50 / persisted task making the same turn p50: SQLite "
         f"{p50('durable step, SQLite') / turn:.2f}, Postgres {p50('durable step, Postgres') / turn:.2f}"
     )
-
-
-async def drop_schema(dsn: str, schema: str) -> None:
-    try:
-        conn = await asyncpg.connect(dsn)
-    except (OSError, asyncpg.PostgresError):
-        return
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    finally:
-        await conn.close()
 
 
 def main() -> None:

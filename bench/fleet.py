@@ -1,22 +1,44 @@
-"""A fleet of 3-step workflows: many in one flow run, beside one flow run each on a process worker.
+"""A fleet of 3-turn workflows: bare sessions, plain Prefect tasks and ``durable_chats``, side by side.
 
-Run: ``python -m bench.fleet [--sizes 50,200,500] [--worker-runs 200] [--worker-limit 8]``.
+Run: ``python -m bench.fleet [--sizes 50,200,500] [--postgres-sizes all] [--repeat 5]
+[--repeat-size 200] [--worker-runs 0] [--worker-limit 8] [--dsn postgresql://…]``.
 
-1. **One process**: for each size N, one ``durable_chats`` flow run (in this
-   process, Prefect's test API in another) runs N workflows of 3 steps at once
-   (``max_at_once=N``) on the SQLite ledger, against the simulator in another
-   process. Printed: wall time, steps per second, and the peak resident set of
-   this process (sampled every 0.5 s from ``/proc``, and ``ru_maxrss``, which
-   never goes down). Every workflow must come back with 3 steps that ran, or the
-   script exits non-zero.
-2. **A process worker**: the same 3-step workflow as ``--worker-runs`` separate
-   ``durable-chat`` flow runs on a ``prefect server`` of its own, deployed with ``prefect deploy`` from
-   ``deployments/prefect.yaml`` (that deployment only) to a process work pool
-   whose concurrency limit is ``--worker-limit``, picked up by one ``prefect
-   worker start`` on the same API. Printed: wall time from the first run created
-   to the last one finished, steps per second, and the peak summed RSS (and PSS,
-   shared pages split) of the worker's flow-run processes, sampled every 0.5 s.
-   ``--worker-runs 0`` skips it.
+Everything runs in one process against one simulator process (deltas not paced) and one
+Prefect test API (a temporary server in a subprocess). For each size N, N workflows of 3
+turns each, all N at once, as:
+
+- **(a) bare**: ``coder_chat.ChatSession`` conversations on one shared ``ChatClient``,
+  ``asyncio.gather``-ed; no Prefect, no store;
+- **(b) plain tasks**, what a user would write without this project: one Prefect flow
+  whose workflows each call a ``@task(persist_result=True)`` per turn, in sequence (the
+  task makes the turn with a ``ChatSession`` on a shared ``ChatClient``, resuming the chat
+  the previous turn returned, and returns a small pydantic model), N workflows gathered;
+- **(c) durable_chats**: one ``durable_chats`` flow run of the same N workflows,
+  ``max_at_once=N``, on the SQLite ledger (one file for the whole run);
+- **(c') durable_chats on Postgres**: the same on the ``PostgresLedger`` (a throwaway
+  schema, dropped at the end), for ``--postgres-sizes``.
+
+Each row prints its wall time, steps (turns) per second, this process's CPU time per step
+(every thread), the peak resident set of this process (sampled every 0.5 s, and what it
+held when the row began), Coder requests per step (the simulator's request log), and what
+this process asked of Prefect's API per step (``bench._prefect_calls``: HTTP requests,
+events, log records). Prefect's log and event workers are drained at the end of a row,
+inside its CPU and API counts but after its wall time. Then the ratios c/b, c/a and c'/b
+of wall time and of CPU per step, per N.
+
+**Steadiness**: the same fleet (``--repeat-size`` workflows) ``--repeat`` times in this
+one process, (b) and (c) interleaved; each wall time, and the slowest/fastest ratio of
+each.
+
+**A process worker** (``--worker-runs``, 0 skips it): the same workflow as separate
+``durable-chat`` flow runs on a ``prefect server`` of its own, deployed with ``prefect
+deploy`` from ``deployments/prefect.yaml`` to a process work pool whose concurrency limit
+is ``--worker-limit``, picked up by one ``prefect worker start``. Printed: wall time from
+the first run created to the last one finished, steps per second, and the peak summed RSS
+(and PSS, shared pages split) of the worker's flow-run processes.
+
+Every row checks that each of its workflows answered its 3 turns (for (c), 3 steps that
+ran; for the worker, the ledger); the script exits non-zero otherwise.
 """
 
 from __future__ import annotations
@@ -24,6 +46,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import cProfile
+import gc
 import os
 import resource
 import socket
@@ -31,76 +55,265 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
-from pydantic import SecretStr
+from prefect import flow, task
+from pydantic import BaseModel, SecretStr
 
-from bench._common import load, prefect_api, requests_served
+from bench import _prefect_calls
+from bench._common import (
+    drop_schema,
+    load,
+    postgres_reachable,
+    prefect_api,
+    requests_served,
+)
+from bench._prefect_calls import ApiCalls
 from bench._procmem import MIB, Peak, own_rss, rss, sampling, tree_of
 from bench._simproc import SimProcess, simulator_process
+from coder_chat import ChatClient, ChatSession
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFECT = str(Path(sys.executable).parent / "prefect")
 POOL = "coder-agents"  # the pool deployments/prefect.yaml names
 PROMPTS = ["plan the change", "write the change", "summarise the change"]
+DEFAULT_DSN = "postgresql://127.0.0.1:5432/test"
 
 
 @dataclass
-class Outcome:
-    runs: int
+class Row:
+    """One measured fleet."""
+
+    kind: str  # a, b, c, c' or worker
+    how: str
     workflows: int
     wall: float
     peak: Peak
+    requests: int
     complete: int
     problems: list[str]
-    requests: int
+    #: CPU seconds of this process (every thread) over the row, drain included.
+    cpu: float | None = None
+    #: This process's resident set when the row began.
+    rss_start: int = 0
+    calls: ApiCalls | None = None
+    runs: int = 1
+
+    @property
+    def steps(self) -> int:
+        return self.workflows * len(PROMPTS)
 
     @property
     def steps_per_second(self) -> float:
-        return self.workflows * len(PROMPTS) / self.wall
+        return self.steps / self.wall
+
+    @property
+    def cpu_ms_per_step(self) -> float | None:
+        return None if self.cpu is None else self.cpu / self.steps * 1000
 
 
-# -- many workflows in one flow run -------------------------------------------------------------
+#: A row's work: run the fleet in a fresh event loop, return what did not complete.
+Body = Callable[[], Coroutine[Any, Any, list[str]]]
 
 
-async def one_process(sim: SimProcess, size: int, tmp: Path) -> Outcome:
-    from prefect_coder.blocks import CoderCredentials, SqliteLedger
-    from prefect_coder.flows.durable_chats import FleetFailed, WorkflowSpec, durable_chats
-
-    credentials = CoderCredentials(
-        base_url=sim.base_url, token=SecretStr(sim.token), organization_id=sim.organization_id
-    )
-    ledger = SqliteLedger(path=str(tmp / f"fleet-{size}.sqlite3"))
-    tag = uuid.uuid4().hex[:6]
-    specs = [
-        WorkflowSpec(workflow_id=f"fleet-{size}-{tag}-{i}", prompts=list(PROMPTS))
-        for i in range(size)
-    ]
-    before = await asyncio.to_thread(requests_served, sim)
-    failed: dict[str, str] = {}
-    results: dict[str, Any] = {}
+def measure(
+    sim: SimProcess,
+    kind: str,
+    how: str,
+    workflows: int,
+    body: Body,
+    profiler: cProfile.Profile | None = None,
+) -> Row:
+    """Run ``body`` once in its own event loop and measure it (see the module's doc);
+    ``profiler`` is enabled around the event loop's run (``bench.fleet_profile``)."""
+    _prefect_calls.install()
+    _prefect_calls.drain()  # what earlier rows left is theirs
+    gc.collect()
+    requests = requests_served(sim)
+    calls = _prefect_calls.COUNTS.snapshot()
+    rss_start = rss()
+    cpu = time.process_time()
     with sampling(own_rss) as peak:
         started = time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
+        try:
+            problems = asyncio.run(body())
+        finally:
+            if profiler is not None:
+                profiler.disable()
+        wall = time.perf_counter() - started
+        _prefect_calls.drain()
+    cpu = time.process_time() - cpu
+    calls = _prefect_calls.COUNTS.snapshot() - calls
+    requests = requests_served(sim) - requests
+    return Row(
+        kind,
+        how,
+        workflows,
+        wall,
+        peak,
+        requests,
+        workflows - len(problems),
+        problems,
+        cpu=cpu,
+        rss_start=rss_start,
+        calls=calls,
+    )
+
+
+def answered(workflow_id: str, texts: Sequence[str] | BaseException | None) -> str | None:
+    """Why a workflow did not answer its 3 turns, or ``None`` when it did."""
+    if isinstance(texts, BaseException):
+        return f"{workflow_id}: {type(texts).__name__}: {texts}"
+    if texts is None or len(texts) != len(PROMPTS) or not all(texts):
+        return f"{workflow_id}: {texts!r}"
+    return None
+
+
+# -- (a) bare sessions ----------------------------------------------------------------------------
+
+
+def bare(sim: SimProcess, size: int) -> Body:
+    async def body() -> list[str]:
+        async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+
+            async def one() -> list[str]:
+                session = ChatSession(client=client, organization_id=sim.organization_id)
+                return [(await session.generate(prompt)).text for prompt in PROMPTS]
+
+            found = await asyncio.gather(*(one() for _ in range(size)), return_exceptions=True)
+        why = (answered(f"bare-{i}", texts) for i, texts in enumerate(found))
+        return [w for w in why if w]
+
+    return body
+
+
+# -- (b) plain Prefect tasks, one per turn ----------------------------------------------------------
+
+
+class Reply(BaseModel):
+    """What a plain turn task returns: where the chat stands, and the answer."""
+
+    chat_id: str
+    last_seen_message_id: int | None
+    text: str
+
+
+@dataclass
+class Peer:
+    """What the plain tasks share, as a module-level client would be shared."""
+
+    client: ChatClient
+    organization_id: str
+
+
+_PEER: list[Peer] = []
+
+
+@task(persist_result=True)
+async def plain_turn(
+    workflow_id: str, prompt: str, chat_id: str | None, last_seen_message_id: int | None
+) -> Reply:
+    """One turn of a workflow's chat (a new chat when ``chat_id`` is ``None``)."""
+    peer = _PEER[-1]
+    session = ChatSession(
+        client=peer.client,
+        organization_id=peer.organization_id,
+        chat_id=chat_id,
+        last_seen_message_id=last_seen_message_id,
+    )
+    result = await session.generate(prompt)
+    return Reply(
+        chat_id=result.chat_id,
+        last_seen_message_id=result.last_seen_message_id,
+        text=result.text,
+    )
+
+
+@flow(name="plain-turns")
+async def plain_turns(workflow_ids: list[str], prompts: list[str]) -> dict[str, list[Reply] | str]:
+    """Each workflow's turns in sequence, every workflow at once; a failure is its message."""
+
+    async def one(workflow_id: str) -> list[Reply]:
+        replies: list[Reply] = []
+        chat_id: str | None = None
+        last_seen: int | None = None
+        for prompt in prompts:
+            reply = await plain_turn(workflow_id, prompt, chat_id, last_seen)
+            chat_id, last_seen = reply.chat_id, reply.last_seen_message_id
+            replies.append(reply)
+        return replies
+
+    found = await asyncio.gather(*(one(w) for w in workflow_ids), return_exceptions=True)
+    return {
+        w: f"{type(r).__name__}: {r}" if isinstance(r, BaseException) else r
+        for w, r in zip(workflow_ids, found, strict=True)
+    }
+
+
+def plain(sim: SimProcess, size: int) -> Body:
+    async def body() -> list[str]:
+        tag = uuid.uuid4().hex[:6]
+        workflow_ids = [f"plain-{size}-{tag}-{i}" for i in range(size)]
+        async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+            _PEER.append(Peer(client, sim.organization_id))
+            try:
+                found = await plain_turns(workflow_ids, list(PROMPTS))
+            finally:
+                _PEER.pop()
+        problems = []
+        for workflow_id in workflow_ids:
+            replies = found.get(workflow_id)
+            texts = [r.text for r in replies] if isinstance(replies, list) else None
+            why = answered(workflow_id, texts)
+            if why:
+                problems.append(why if texts is not None else f"{workflow_id}: {replies}")
+        return problems
+
+    return body
+
+
+# -- (c) durable_chats ------------------------------------------------------------------------------
+
+
+def durable(sim: SimProcess, size: int, ledger: Any) -> Body:
+    async def body() -> list[str]:
+        from prefect_coder.blocks import CoderCredentials
+        from prefect_coder.flows.durable_chats import FleetFailed, WorkflowSpec, durable_chats
+
+        credentials = CoderCredentials(
+            base_url=sim.base_url, token=SecretStr(sim.token), organization_id=sim.organization_id
+        )
+        tag = uuid.uuid4().hex[:6]
+        specs = [
+            WorkflowSpec(workflow_id=f"fleet-{size}-{tag}-{i}", prompts=list(PROMPTS))
+            for i in range(size)
+        ]
+        failed: dict[str, str] = {}
+        results: dict[str, Any] = {}
         try:
             results = await durable_chats(
                 workflows=specs, credentials=credentials, ledger=ledger, max_at_once=size
             )
         except FleetFailed as exc:  # the others finished: say which did not, and why
             failed = exc.failed
-        wall = time.perf_counter() - started
-    requests = await asyncio.to_thread(requests_served, sim) - before
-    problems = [f"{workflow_id}: failed ({why})" for workflow_id, why in failed.items()]
-    for spec in specs:
-        steps = results.get(spec.workflow_id)
-        if spec.workflow_id not in failed and (
-            steps is None or [s.verdict for s in steps] != ["ran"] * len(PROMPTS)
-        ):
-            problems.append(f"{spec.workflow_id}: {steps!r}")
-    return Outcome(1, size, wall, peak, size - len(problems), problems, requests)
+        problems = [f"{workflow_id}: failed ({why})" for workflow_id, why in failed.items()]
+        for spec in specs:
+            steps = results.get(spec.workflow_id)
+            if spec.workflow_id in failed:
+                continue
+            if steps is None or [s.verdict for s in steps] != ["ran"] * len(PROMPTS):
+                problems.append(f"{spec.workflow_id}: {steps!r}")
+            elif why := answered(spec.workflow_id, [s.text for s in steps]):
+                problems.append(why)
+        return problems
+
+    return body
 
 
 # -- one flow run per workflow on a process worker ----------------------------------------------
@@ -194,7 +407,7 @@ def prefect_server(tmp: Path) -> Iterator[str]:
             proc.wait()
 
 
-async def process_worker(sim: SimProcess, runs: int, limit: int, tmp: Path, api: str) -> Outcome:
+async def process_worker(sim: SimProcess, runs: int, limit: int, tmp: Path, api: str) -> Row:
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterId
     from prefect.client.schemas.objects import StateType
@@ -263,7 +476,17 @@ async def process_worker(sim: SimProcess, runs: int, limit: int, tmp: Path, api:
         bad.setdefault(workflow_id, []).append(why)
     problems = [f"{workflow_id}: {'; '.join(why)}" for workflow_id, why in bad.items()]
     print(f"  (the worker process itself: {worker_rss / MIB:.0f} MiB resident at the end)")
-    return Outcome(runs, runs, wall, peak, runs - len(bad), problems, requests)
+    return Row(
+        "worker",
+        f"process worker, {limit} at once",
+        runs,
+        wall,
+        peak,
+        requests,
+        runs - len(bad),
+        problems,
+        runs=runs,
+    )
 
 
 async def finished_in_store(
@@ -288,71 +511,219 @@ async def finished_in_store(
     return problems
 
 
-# -- report -------------------------------------------------------------------------------------
+# -- report -----------------------------------------------------------------------------------------
 
 
 def header() -> None:
     print(
-        f"  {'how':<26} {'workflows':>9} {'wall s':>8} {'steps/s':>8} {'requests':>9} "
-        f"{'peak RSS MiB':>13} {'complete':>9}"
+        f"  {'how':<24} {'N':>4} {'wall s':>7} {'steps/s':>8} {'CPU ms/step':>11} "
+        f"{'peak RSS MiB':>14} {'Coder req/step':>14} {'API HTTP/step':>13} "
+        f"{'events/step':>11} {'logs/step':>9} {'complete':>9}"
     )
 
 
-def row(how: str, outcome: Outcome, memory: str) -> None:
+def per_step(row: Row, count: int | None) -> str:
+    return "-" if count is None else f"{count / row.steps:.2f}"
+
+
+def row_line(row: Row, routes: bool = False) -> None:
+    cpu = row.cpu_ms_per_step
+    memory = f"{row.peak.rss / MIB:.0f}"
+    if row.rss_start:
+        memory += f" ({row.rss_start / MIB:.0f})"
+    calls = row.calls
     print(
-        f"  {how:<26} {outcome.workflows:>9} {outcome.wall:>8.1f} "
-        f"{outcome.steps_per_second:>8.1f} {outcome.requests:>9} {memory:>13} "
-        f"{outcome.complete:>5}/{outcome.workflows:<3}",
+        f"  {row.how:<24} {row.workflows:>4} {row.wall:>7.2f} {row.steps_per_second:>8.1f} "
+        f"{'-' if cpu is None else f'{cpu:.2f}':>11} {memory:>14} "
+        f"{row.requests / row.steps:>14.2f} "
+        f"{per_step(row, calls.http if calls else None):>13} "
+        f"{per_step(row, calls.events if calls else None):>11} "
+        f"{per_step(row, calls.logs if calls else None):>9} "
+        f"{row.complete:>5}/{row.workflows:<3}",
         flush=True,
     )
-    for problem in outcome.problems[:5]:
+    if routes and calls is not None and calls.http:
+        print(f"      API HTTP per step: {calls.top_routes(row.steps)}")
+    for problem in row.problems[:5]:
         print(f"    not complete: {problem}")
+    if len(row.problems) > 5:
+        print(f"    ... and {len(row.problems) - 5} more")
+
+
+def ratio(top: float | None, bottom: float | None) -> str:
+    if top is None or not bottom:
+        return "-"
+    return f"{top / bottom:.2f}"
+
+
+def ratios(size: int, rows: dict[str, Row]) -> None:
+    print(f"  N={size}:")
+    for top, bottom in (("c", "b"), ("c", "a"), ("c'", "b"), ("c'", "a"), ("b", "a")):
+        if top not in rows or bottom not in rows:
+            continue
+        t, b = rows[top], rows[bottom]
+        print(
+            f"    {top + '/' + bottom:<5} wall {ratio(t.wall, b.wall):>6}   "
+            f"CPU/step {ratio(t.cpu_ms_per_step, b.cpu_ms_per_step):>6}   "
+            f"Coder req/step {ratio(t.requests, b.requests):>6}   "
+            f"API HTTP/step {ratio(t.calls.http if t.calls else None, b.calls.http if b.calls else None):>6}"
+        )
+
+
+def steadiness(rows: dict[str, list[Row]]) -> None:
+    for kind, found in rows.items():
+        walls = [r.wall for r in found]
+        cpus = [r.cpu_ms_per_step or 0.0 for r in found]
+        print(
+            f"  {kind:<3} wall s: {', '.join(f'{w:.2f}' for w in walls)}; "
+            f"slowest/fastest {max(walls) / min(walls):.2f}"
+        )
+        print(
+            f"      CPU ms/step: {', '.join(f'{c:.2f}' for c in cpus)}; "
+            f"most/least {max(cpus) / min(cpus):.2f}"
+        )
+
+
+# -- main -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Setup:
+    """What the rows share: the simulator, the two ledgers, and the failures so far."""
+
+    sim: SimProcess
+    sqlite: Any
+    postgres: Any
+    failed: list[str]
+
+    def measure(self, kind: str, how: str, size: int, body: Body) -> Row:
+        row = measure(self.sim, kind, how, size, body)
+        if row.problems:
+            self.failed.append(f"{how} x{size}: {len(row.problems)} incomplete")
+        return row
+
+
+def sizes_part(setup: Setup, sizes: list[int], postgres_sizes: list[int]) -> None:
+    sim = setup.sim
+    # Warm-up, not reported: imports, first flow runs, the stores' schemas.
+    for body in (bare(sim, 2), plain(sim, 2), durable(sim, 2, setup.sqlite)):
+        measure(sim, "warm-up", "warm-up", 2, body)
+    if postgres_sizes:
+        measure(sim, "warm-up", "warm-up", 2, durable(sim, 2, setup.postgres))
+    if not sizes:
+        return
+    print(f"\none process, N workflows of {len(PROMPTS)} turns at once (warmed up):")
+    header()
+    by_size: dict[int, dict[str, Row]] = {}
+    for size in sizes:
+        rows = by_size[size] = {}
+        plan: list[tuple[str, str, Body]] = [
+            ("a", "(a) bare ChatSession", bare(sim, size)),
+            ("b", "(b) plain @task per turn", plain(sim, size)),
+            ("c", "(c) durable_chats SQLite", durable(sim, size, setup.sqlite)),
+        ]
+        if size in postgres_sizes:
+            plan.append(("c'", "(c') durable_chats PG", durable(sim, size, setup.postgres)))
+        for kind, how, body in plan:
+            rows[kind] = setup.measure(kind, how, size, body)
+            row_line(rows[kind], routes=kind != "a")
+        print(f"    {load()}")
+    print("\nratios (wall time; CPU, Coder requests and Prefect API HTTP requests per step):")
+    for size, rows in by_size.items():
+        ratios(size, rows)
+
+
+def repeat_part(setup: Setup, size: int, times: int) -> None:
+    sim = setup.sim
+    print(f"\nsteadiness: {times} runs each of (b) and (c) at N={size}, interleaved; {load()}")
+    header()
+    repeats: dict[str, list[Row]] = {"b": [], "c": []}
+    for _ in range(times):
+        for kind, how, body in (
+            ("b", "(b) plain @task per turn", plain(sim, size)),
+            ("c", "(c) durable_chats SQLite", durable(sim, size, setup.sqlite)),
+        ):
+            repeats[kind].append(setup.measure(kind, how, size, body))
+            row_line(repeats[kind][-1])
+    steadiness(repeats)
+    print(f"    {load()}")
+
+
+def worker_part(setup: Setup, tmp: Path, runs: int, limit: int) -> None:
+    print(f"\n{runs} durable-chat flow runs on a process worker (pool concurrency limit {limit}):")
+    with prefect_server(tmp) as api:
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        with temporary_settings(updates={PREFECT_API_URL: api}):
+            row = asyncio.run(process_worker(setup.sim, runs, limit, tmp, api))
+    if row.problems:
+        setup.failed.append(f"{row.how}: {len(row.problems)} incomplete")
+    header()
+    row_line(row)
+    print(
+        f"    peak PSS {row.peak.pss / MIB:.0f} MiB, peak {row.peak.processes} "
+        f"flow-run processes, {row.wall / row.runs:.2f} s per run; {load()}"
+    )
+
+
+def parse_sizes(text: str, default: list[int]) -> list[int]:
+    if text == "all":
+        return default
+    if text in ("", "none"):
+        return []
+    return [int(s) for s in text.split(",") if s]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="50,200,500", help="workflows per flow run")
-    parser.add_argument("--worker-runs", type=int, default=200, help="flow runs on the worker")
+    parser.add_argument("--sizes", default="50,200,500", help="workflows per fleet")
+    parser.add_argument(
+        "--postgres-sizes",
+        default="all",
+        help="sizes that also run (c') on Postgres: 'all' (those of --sizes), 'none', or a list",
+    )
+    parser.add_argument("--repeat", type=int, default=5, help="(b) and (c) runs for steadiness")
+    parser.add_argument("--repeat-size", type=int, default=200, help="workflows in those runs")
+    parser.add_argument("--worker-runs", type=int, default=0, help="flow runs on the worker")
     parser.add_argument("--worker-limit", type=int, default=8, help="the pool's concurrency")
+    parser.add_argument(
+        "--dsn",
+        default=os.environ.get("PREFECT_CODER_BENCH_POSTGRES_DSN") or DEFAULT_DSN,
+        help="the Postgres server of (c') (a throwaway schema, dropped after)",
+    )
     args = parser.parse_args()
-    sizes = [int(s) for s in args.sizes.split(",") if s]
-    print(f"fleet: 3-step workflows; the simulator in another process; {load()}")
-    failed = False
-    with simulator_process() as sim, prefect_api() as tmp:
-        print(f"\none flow run of durable_chats in this process (at start {rss() / MIB:.0f} MiB):")
-        header()
-        for size in sizes:
-            outcome = asyncio.run(one_process(sim, size, tmp))
-            maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-            row(f"durable_chats x{size}", outcome, f"{outcome.peak.rss / MIB:.0f}")
-            print(f"    ru_maxrss so far {maxrss / MIB:.0f} MiB; {load()}")
-            failed |= bool(outcome.problems)
-        if args.worker_runs:
-            print(
-                f"\n{args.worker_runs} durable-chat flow runs on a process worker "
-                f"(pool concurrency limit {args.worker_limit}):"
-            )
-            with prefect_server(tmp) as api:
-                from prefect.settings import PREFECT_API_URL, temporary_settings
+    sizes = parse_sizes(args.sizes, [])
+    postgres_sizes = parse_sizes(args.postgres_sizes, sizes)
+    if postgres_sizes and (why := asyncio.run(postgres_reachable(args.dsn))):
+        print(f"(c') skipped: Postgres is out of reach ({why})")
+        postgres_sizes = []
+    schema = f"bench_fleet_{uuid.uuid4().hex[:12]}"
+    print(f"fleet: 3-turn workflows; the simulator in another process; at start {load()}")
+    failed: list[str] = []
+    try:
+        with simulator_process() as sim, prefect_api() as tmp:
+            from prefect_coder.blocks import PostgresLedger, SqliteLedger
 
-                with temporary_settings(updates={PREFECT_API_URL: api}):
-                    outcome = asyncio.run(
-                        process_worker(sim, args.worker_runs, args.worker_limit, tmp, api)
-                    )
-            header()
-            row(
-                f"process worker, {args.worker_limit} at once",
-                outcome,
-                f"{outcome.peak.rss / MIB:.0f}",
+            setup = Setup(
+                sim,
+                SqliteLedger(path=str(tmp / "fleet.sqlite3")),
+                PostgresLedger(dsn=SecretStr(args.dsn), db_schema=schema),
+                failed,
             )
-            print(
-                f"    peak PSS {outcome.peak.pss / MIB:.0f} MiB, peak {outcome.peak.processes} "
-                f"flow-run processes, {outcome.wall / outcome.runs:.2f} s per run; {load()}"
-            )
-            failed |= bool(outcome.problems)
+            sizes_part(setup, sizes, postgres_sizes)
+            if args.repeat:
+                repeat_part(setup, args.repeat_size, args.repeat)
+            maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+            print(f"\nru_maxrss of this process: {maxrss / MIB:.0f} MiB")
+            if args.worker_runs:
+                worker_part(setup, tmp, args.worker_runs, args.worker_limit)
+    finally:
+        if postgres_sizes:
+            asyncio.run(drop_schema(args.dsn, schema))
+    print(f"\nat end {load()}")
     if failed:
-        raise SystemExit("some workflows did not complete with 3 results")
-    print("\nevery workflow completed with 3 results")
+        raise SystemExit("some workflows did not answer their 3 turns: " + "; ".join(failed))
+    print("every workflow answered its 3 turns")
 
 
 if __name__ == "__main__":
