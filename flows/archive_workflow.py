@@ -3,12 +3,12 @@
 from collections.abc import Sequence
 
 from prefect import flow
-from prefect.runtime import deployment as current_deployment
 
 from coder_chat.durable.records import WorkflowState
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from prefect_coder.tasks._runtime import resolve_tools, runtime
 from prefect_coder.tasks.lifecycle import archive_chat
+from prefect_coder.tasks.runs import deployment_name
 from prefect_coder.tasks.settings import WorkflowSettings
 from prefect_coder.tasks.workflow import Workflow, WorkflowRun, finish_workflow, take_epoch
 
@@ -29,7 +29,7 @@ async def archive_workflow(
     settings = WorkflowSettings(allow_plain_tools=allow_plain_tools)
     workflow = Workflow(
         workflow_id,
-        deployment=current_deployment.name or "local",
+        deployment=await deployment_name(),
         flow_run_id=None,
         credentials=credentials,
         ledger=ledger,

@@ -38,7 +38,6 @@ from prefect.context import FlowRunContext
 from prefect.exceptions import Abort, MissingContextError
 from prefect.flow_runs import apause_flow_run, asuspend_flow_run
 from prefect.logging.loggers import LoggingAdapter
-from prefect.runtime import deployment as current_deployment
 from prefect.runtime import flow_run as current_flow_run
 from pydantic import BaseModel
 
@@ -56,6 +55,7 @@ from prefect_coder.tasks.lifecycle import (
 )
 from prefect_coder.tasks.runs import (
     Progress,
+    deployment_name,
     end_superseded,
     marked_superseded,
     name_the_run,
@@ -188,7 +188,7 @@ class DurableChat:
         began = self._began = await begin_workflow(
             Workflow(
                 self.workflow_id,
-                deployment=current_deployment.name or "local",
+                deployment=await deployment_name(),
                 flow_run_id=current_flow_run.id,
                 credentials=self.credentials,
                 ledger=self.ledger,

@@ -23,10 +23,14 @@ from prefect.client.orchestration import PrefectClient, get_client
 from prefect.client.schemas.actions import LogCreate
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.context import FlowRunContext
 from prefect.logging.loggers import LoggingAdapter
 from prefect.states import Cancelled
 
 from coder_chat.durable.step import StepResult
+
+#: Deployment names by id, read once per process.
+_DEPLOYMENT_NAMES: dict[UUID, str] = {}
 
 #: The name of the state a replaced run ends in (a kind of Cancelled).
 SUPERSEDED = "Superseded"
@@ -256,3 +260,24 @@ def _cell(text: str, limit: int = 300) -> str:
 def slug(text: str) -> str:
     """An artifact key for ``text``: lowercase letters, digits and dashes."""
     return "".join(c if c.isalnum() else "-" for c in text.lower())[:80].strip("-") or "workflow"
+
+
+async def deployment_name() -> str:
+    """The name of the deployment this flow run was started from; ``local`` for a run
+    started otherwise (a subflow too: a relaunch from its parent's deployment would not
+    take its parameters).
+
+    Read from the run's context, and the name from the API once per deployment and
+    process: ``prefect.runtime.deployment.name`` asks the API from another thread on
+    every call, and the event loop waits for it (for a run with no deployment, too).
+    """
+    context = FlowRunContext.get()
+    run = context.flow_run if context is not None else None
+    if run is None or run.deployment_id is None:
+        return "local"
+    name = _DEPLOYMENT_NAMES.get(run.deployment_id)
+    if name is None:
+        async with get_client() as client:
+            name = (await client.read_deployment(run.deployment_id)).name
+        _DEPLOYMENT_NAMES[run.deployment_id] = name
+    return name
