@@ -372,21 +372,26 @@ class DurableChat:
         run = self.run
         if self.owns_run and self.results:
             await publish_transcript(self.workflow_id, self._prompts, self.results, log)
+        archived = None
         if run.settings.archive_at_end:
-            await with_retries(lambda: self._archive(log))
+            archived = await with_retries(lambda: self._archive(log))
         await finish_workflow(run, WorkflowState.FINISHED)
         if self._progress is not None:
             await self._progress.flush(finished=True)
-        log.info(f"Workflow {self.workflow_id} is finished: {tally(self.results)}.")
+        chat = f"; its chat {archived} is archived" if archived else ""
+        log.info(f"Workflow {self.workflow_id} is finished: {tally(self.results)}{chat}.")
 
-    async def _archive(self, log: LoggingAdapter) -> None:
-        """Archive the chat once: one request when this run's last turn left it idle;
-        else (no turn ran here) settle and answer it first, from the ledger."""
+    async def _archive(self, log: LoggingAdapter) -> str | None:
+        """Archive the chat once: one request when this run's last turn left it idle
+        (its id is returned, for the workflow's last line to say so); else (no turn ran
+        here) settle and answer it first, from the ledger, and say what was done."""
         last = self.results[-1] if self.results else None
         if last is not None and last.verdict in ("ran", "recovered", "resubmitted"):
-            await archive_idle_chat(self.run, last.chat_id, log.info)
-        else:
-            await retire_workflow_chat(self.run, log.info)
+            if await archive_idle_chat(self.run, last.chat_id, log.info):
+                return last.chat_id
+            return None
+        await retire_workflow_chat(self.run, log.info)
+        return None
 
     async def _superseded(self, exc: Exception, log: LoggingAdapter) -> None:
         """A newer run holds the workflow: this one does nothing more, and says so.

@@ -42,8 +42,9 @@ async def retire_workflow_chat(run: WorkflowRun, report: Callable[[str], None]) 
     return retired
 
 
-async def archive_idle_chat(run: WorkflowRun, chat_id: str, report: Callable[[str], None]) -> None:
-    """Archive a chat the workflow's last turn left idle: one request.
+async def archive_idle_chat(run: WorkflowRun, chat_id: str, report: Callable[[str], None]) -> bool:
+    """Archive a chat the workflow's last turn left idle: one request. ``True`` when
+    that was all (the caller says so in its own line); else what happened is reported.
 
     The last turn saw its run end, so there is no pause to answer and nothing to stop;
     Coder is asked more only when the chat turns out not to be idle (a prompt that
@@ -54,12 +55,12 @@ async def archive_idle_chat(run: WorkflowRun, chat_id: str, report: Callable[[st
         await run.runtime.client.archive_chat(chat_id)
     except CoderApiError as exc:
         if exc.status == 400 and "already archived" in exc.message:
-            return
+            return True
         if exc.status != 409:
             raise
         await retire_workflow_chat(run, report)
-        return
-    report(f"Chat {chat_id} of workflow {run.workflow_id} is archived.")
+        return False
+    return True
 
 
 async def end_failed_workflow(run: WorkflowRun, log: LoggingAdapter) -> None:

@@ -58,6 +58,9 @@ class Fleet:
     coder: Coder | None = None
     server: Proc | None = None
     workers: dict[str, Proc] = field(default_factory=dict)
+    #: One restart of Prefect's server at a time: two faults may strike together, and
+    #: the second must not kill the server the first is starting.
+    restarting: asyncio.Lock = field(default_factory=asyncio.Lock)
     witness: Witness | None = None
 
     @property
@@ -111,11 +114,12 @@ class Fleet:
         the API was gone."""
         loop = asyncio.get_running_loop()
         started = loop.time()
-        assert self.server is not None
-        self.procs.kill(self.server)
-        await self.server.proc.wait()
-        await self.control_pg.arestart()
-        await self.start_server()
+        async with self.restarting:
+            assert self.server is not None
+            self.procs.kill(self.server)
+            await self.server.proc.wait()
+            await self.control_pg.arestart()
+            await self.start_server()
         return loop.time() - started
 
     # -- workers -----------------------------------------------------------------------
