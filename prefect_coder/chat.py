@@ -355,7 +355,12 @@ class DurableChat:
         if began is None or began.replay:
             return  # nothing was taken, so nothing is left to end
         if exc is None:
-            await self._finished(log)
+            try:
+                await self._finished(log)
+            except FencedOut as fenced:
+                # Its turns all came from the store (a successor had finished them while
+                # this run was cut off); ending the workflow is the successor's to do.
+                await self._superseded(fenced, log)
         elif isinstance(exc, FencedOut):
             await self._superseded(exc, log)
         elif isinstance(exc, PromptChanged | WorkflowFinished):

@@ -10,8 +10,9 @@ epoch k:
   counted apart. An action on the workflow's chats from that run's host that no
   glimpse of a socket attributed is listed, not judged;
 - **writes nothing**: no write of its connections on the workflow's rows or
-  chats commits after that moment, and no write of the workflow's row carrying
-  an older epoch commits after it (this one needs no attribution at all);
+  chats commits after that moment with any effect. Every write of the store is one
+  statement fenced at the epoch it was made for (``$3``): one made for an older
+  epoch matches nothing, and is counted as fenced out, not as a write;
 - **ends superseded**: its flow run ends Cancelled, named ``Superseded``, with a
   message naming the run that replaced it.
 """
@@ -26,7 +27,7 @@ from prefect.client.schemas.objects import FlowRun, StateType
 from .coder_requests import Request
 from .evidence import Evidence
 from .journal import InFlight
-from .storelog import EpochTaken, Write, ended, epochs
+from .storelog import EpochTaken, Write, ended, epochs, fenced_epoch
 from .verdicts import Findings
 
 #: How long after its request a late send's message may be committed (delays, replays).
@@ -88,15 +89,15 @@ def _writes(ev: Evidence, wf: str, chats: set[str], old: EpochTaken, new: EpochT
     for write in ev.writes:
         if write.committed <= new.at or not _concerns(write, wf, chats):
             continue
+        epoch = fenced_epoch(write)
+        if epoch is not None and epoch < new.epoch:
+            # Fenced at an older epoch: the statement matched nothing (the row is at the
+            # new one), so it wrote nothing; the store's conformance tests hold it to that.
+            findings.fenced_out += 1
+            continue
         sighting = ev.witness.who(write.src, write.committed.timestamp())
-        by_old_run = sighting is not None and sighting.flow_run_id == old.flow_run_id
-        stale_epoch = (
-            write.table == "workflows" and int(write.body.get("epoch", new.epoch)) < new.epoch
-        )
-        if by_old_run or stale_epoch:
-            why = (
-                "from its connection" if by_old_run else f"carrying epoch {write.body.get('epoch')}"
-            )
+        if sighting is not None and sighting.flow_run_id == old.flow_run_id:
+            why = "from its connection"
             findings.add(
                 "fenced run wrote",
                 f"{wf}: run {ev.run_name(old.flow_run_id)} (epoch {old.epoch}) wrote "

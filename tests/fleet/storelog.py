@@ -22,7 +22,12 @@ from typing import Any
 
 WRITES = ("INSERT", "UPDATE", "DELETE")
 _PARAM = re.compile(r"\$(\d+) = (NULL|'(?:[^']|'')*')")
-_TABLE = re.compile(r'(?:INTO|UPDATE|FROM)\s+"?\w+"?\.(\w+)')
+#: The table a statement writes: after ``INSERT INTO``, ``UPDATE`` or ``DELETE FROM`` (a
+#: ``WITH`` clause before it may read other tables: the fence reads ``workflows``).
+_TABLE = re.compile(r'(?:INSERT\s+INTO|UPDATE|DELETE\s+FROM)\s+"?\w+"?\.(\w+)', re.IGNORECASE)
+_WRITES_IN_CTE = re.compile(r"\b(?:INSERT\s+INTO|UPDATE\s+\S+\s+SET|DELETE\s+FROM)\b")
+#: ``begin_run``'s one statement: insert the workflow at epoch 1, or take the next epoch.
+_TAKES_EPOCH = "EPOCH = W.EPOCH + 1"
 # csvlog columns (PostgreSQL 15) that the reader needs.
 TIME, CONNECTION, SESSION, SEVERITY, MESSAGE, DETAIL = 0, 4, 5, 11, 13, 14
 
@@ -36,6 +41,8 @@ class Write:
     src: str
     table: str
     params: dict[int, str | None]
+    #: ``begin_run``'s statement: it took the workflow's next epoch.
+    takes_epoch: bool = False
 
     def mentions(self, value: str) -> bool:
         return any(v == value or (v and f'"{value}"' in v) for v in self.params.values())
@@ -77,8 +84,11 @@ def _take(row: list[str], pending: dict[str, list[Write]], writes: list[Write]) 
         writes += [_committed(w, at) for w in pending.pop(session, [])]
     elif statement.startswith(("ROLLBACK", "ABORT")):
         pending.pop(session, None)
-    elif statement.startswith(WRITES):
-        write = Write(at, at, row[CONNECTION], _table(message), _params(row[DETAIL]))
+    elif statement.startswith(WRITES) or (
+        statement.startswith("WITH") and _WRITES_IN_CTE.search(statement)
+    ):
+        takes = _TAKES_EPOCH in statement
+        write = Write(at, at, row[CONNECTION], _table(message), _params(row[DETAIL]), takes)
         if session in pending:
             pending[session].append(write)
         else:
@@ -86,7 +96,7 @@ def _take(row: list[str], pending: dict[str, list[Write]], writes: list[Write]) 
 
 
 def _committed(write: Write, at: datetime) -> Write:
-    return Write(write.at, at, write.src, write.table, write.params)
+    return Write(write.at, at, write.src, write.table, write.params, write.takes_epoch)
 
 
 def _table(message: str) -> str:
@@ -111,17 +121,45 @@ class EpochTaken:
 
 
 def epochs(writes: list[Write], workflow_id: str) -> list[EpochTaken]:
-    """When each epoch of the workflow was first committed, and for which flow run."""
-    taken: dict[int, EpochTaken] = {}
+    """When each epoch of the workflow was taken, and for which flow run.
+
+    ``begin_run`` is one statement that inserts the workflow at epoch 1 or moves it to
+    the next: the k-th of them to commit took epoch k. Its run is in its JSON
+    parameters (the new row's body, and the fields it changes on a later epoch).
+    """
+    taken: list[EpochTaken] = []
     for write in writes:
-        if write.table != "workflows" or write.params.get(2) != workflow_id:
-            continue
-        body = write.body
-        epoch = int(body.get("epoch", 0))
-        if epoch not in taken:
-            run = str(body.get("flow_run_id") or "")
-            taken[epoch] = EpochTaken(workflow_id, epoch, run, write.committed, write.src)
-    return [taken[e] for e in sorted(taken)]
+        if write.takes_epoch and write.params.get(2) == workflow_id:
+            empty: dict[str, Any] = {}
+            run = next((r for r in reversed(_bodies(write)) if r.get("flow_run_id")), empty)
+            epoch = len(taken) + 1
+            taken.append(
+                EpochTaken(
+                    workflow_id,
+                    epoch,
+                    str(run.get("flow_run_id") or ""),
+                    write.committed,
+                    write.src,
+                )
+            )
+    return taken
+
+
+def fenced_epoch(write: Write) -> int | None:
+    """The epoch a fenced write was made for (``$3`` of every fenced statement), if any."""
+    value = write.params.get(3)
+    return int(value) if value is not None and value.isdigit() and not write.takes_epoch else None
+
+
+def _bodies(write: Write) -> list[dict[str, Any]]:
+    """The statement's JSON object parameters, by parameter number."""
+    found = []
+    for _, value in sorted(write.params.items()):
+        if value and value.startswith("{"):
+            parsed = json.loads(value)
+            if isinstance(parsed, dict):
+                found.append(parsed)
+    return found
 
 
 @dataclass(frozen=True)
@@ -135,15 +173,10 @@ class Ended:
 def ended(writes: list[Write], workflow_id: str) -> Ended | None:
     """When the workflow was first written finished (or failed), and by which epoch."""
     for write in writes:
-        state = write.params.get(4)
-        if (
-            write.table == "workflows"
-            and write.params.get(2) == workflow_id
-            and state
-            in (
-                "finished",
-                "failed",
-            )
-        ):
-            return Ended(workflow_id, str(state), int(write.body.get("epoch", 0)), write.committed)
+        if write.table != "workflows" or write.params.get(2) != workflow_id:
+            continue
+        state = next((b["state"] for b in _bodies(write) if "state" in b), None)
+        epoch = fenced_epoch(write)
+        if state in ("finished", "failed") and epoch is not None:
+            return Ended(workflow_id, str(state), epoch, write.committed)
     return None

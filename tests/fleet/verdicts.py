@@ -50,6 +50,8 @@ class Findings:
     unattributed: list[str] = field(default_factory=list)
     #: Measured figures (recovery times beside their bounds), one line each.
     figures: list[str] = field(default_factory=list)
+    #: Writes a superseded run sent at its old epoch, which its fence turned to nothing.
+    fenced_out: int = 0
 
     def add(self, category: Category, detail: str) -> None:
         self.violations.append(Violation(category, detail))
@@ -66,4 +68,5 @@ class Findings:
         self.cut_short += other.cut_short
         self.unattributed += other.unattributed
         self.figures += other.figures
+        self.fenced_out += other.fenced_out
         return self

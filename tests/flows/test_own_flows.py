@@ -215,6 +215,44 @@ async def test_a_superseded_run_ends_superseded_and_sends_nothing_more(
     assert user_prompts(sim, "[wf-taken/step-2]") == 1  # B's; A never sent step 2
 
 
+async def test_a_run_whose_turns_a_successor_finished_ends_superseded(
+    sim: Simulator, coder_env: Path
+) -> None:
+    """Run A waits between its turns (cut off, say) while run B takes the workflow and
+    finishes it. A comes back: its next turn is read from the store (B finished it),
+    A sends and writes nothing, and it ends Cancelled/Superseded naming B, not Failed
+    by the fence its end of the workflow runs into (as the fleet lab saw it)."""
+    between, resume = asyncio.Event(), asyncio.Event()
+
+    @flow
+    async def two_turns(wait: bool) -> str:
+        async with DurableChat(
+            "wf-outrun", settings=WorkflowSettings(archive_at_end=False)
+        ) as chat:
+            await chat.turn("first")
+            if wait:
+                between.set()
+                await resume.wait()
+            return (await chat.turn("second")).text
+
+    cut_off = asyncio.create_task(two_turns(wait=True))
+    await between.wait()
+    successor: State[str] = await two_turns(wait=False, return_state=True)
+    assert successor.is_completed()
+    resume.set()
+    with pytest.raises(Superseded):
+        await cut_off
+    async with get_client() as client:
+        runs = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(like_="wf-outrun"))
+        )
+    by_epoch = {r.name: r for r in runs}
+    old = by_epoch["wf-outrun · epoch 1"]
+    assert old.state is not None and old.state.type == StateType.CANCELLED
+    assert old.state.name == "Superseded" and "wf-outrun · epoch 2" in (old.state.message or "")
+    assert user_prompts(sim, "[wf-outrun/step-2]") == 1  # B's alone
+
+
 async def test_a_persons_answer_is_kept_and_a_rerun_is_not_asked_again(
     sim: Simulator, coder_env: Path, payments: Ledger
 ) -> None:
