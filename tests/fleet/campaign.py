@@ -23,7 +23,14 @@ from .config import LEDGER_SCHEMA
 from .draw import derive
 from .lab import open_fleet
 from .plan import FleetSchedule
-from .report import schedule_line, summary_line, timing_line, violation_line
+from .report import (
+    faults_line,
+    recovery_line,
+    schedule_line,
+    summary_line,
+    timing_line,
+    violation_line,
+)
 from .schedule import ScheduleResult, run_schedule
 
 Printer = Callable[[str], None]
@@ -65,6 +72,8 @@ async def run_campaign(options: CampaignOptions, out: Printer, note: Printer) ->
         if result.findings.violations:
             out(violation_line(result))
     out(summary_line(report.results))
+    out(faults_line(report.results))
+    out(recovery_line(report.results))
     note(timing_line(report.results, report.setup_seconds, time.monotonic() - started))
     return report
 

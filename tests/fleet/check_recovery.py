@@ -84,6 +84,7 @@ def _judge(ev: Evidence, hit: Hit) -> Findings:
         if total is not None
         else "never"
     )
+    findings.recoveries.append((hit.record.fault.kind, took, total))
     findings.figures.append(
         f"{hit.workflow_id}: {what}: relaunched {took:.1f}s after the fault (allowed "
         f"{limit:.1f}s, of which the sweep's own {sweep_own:.1f}s); finished {told}"

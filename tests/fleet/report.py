@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
-from statistics import mean
+from statistics import mean, median
 
 from .schedule import ScheduleResult
 from .verdicts import CATEGORIES
@@ -54,3 +55,34 @@ def timing_line(results: Sequence[ScheduleResult], setup: float, wall: float) ->
         f"timing: {len(results)} schedules in {wall:.0f}s wall (fleet setups {setup:.0f}s); "
         f"each took {mean(each):.0f}s on average (min {min(each):.0f}s, max {max(each):.0f}s)"
     )
+
+
+def faults_line(results: Sequence[ScheduleResult]) -> str:
+    """How many faults of each kind struck (drawn ones whose moment never came aside)."""
+    struck: Counter[str] = Counter()
+    drawn: Counter[str] = Counter()
+    for result in results:
+        if result.evidence is None:
+            continue
+        for record in result.evidence.played.faults:
+            drawn[record.fault.kind] += 1
+            if record.started is not None:
+                struck[record.fault.kind] += 1
+    told = ", ".join(f"{kind} {struck[kind]}/{drawn[kind]}" for kind in sorted(drawn))
+    return f"faults struck/drawn by kind: {told or 'none'}"
+
+
+def recovery_line(results: Sequence[ScheduleResult]) -> str:
+    """Seconds from a fault that silenced a workflow's run to its relaunch and to its end."""
+    parts = []
+    kinds = sorted({k for r in results for k, _, _ in r.findings.recoveries})
+    for kind in kinds:
+        found = [(t, e) for r in results for k, t, e in r.findings.recoveries if k == kind]
+        relaunch = [t for t, _ in found]
+        ends = [e for _, e in found if e is not None]
+        parts.append(
+            f"{kind} x{len(found)}: relaunched p50 {median(relaunch):.1f}s max "
+            f"{max(relaunch):.1f}s; finished p50 {median(ends) if ends else 0:.1f}s max "
+            f"{max(ends) if ends else 0:.1f}s"
+        )
+    return "recovery after a fault: " + ("; ".join(parts) or "none measured")

@@ -52,6 +52,8 @@ class Findings:
     figures: list[str] = field(default_factory=list)
     #: Writes a superseded run sent at its old epoch, which its fence turned to nothing.
     fenced_out: int = 0
+    #: Per silenced workflow: the fault's kind, seconds to its relaunch and to its end.
+    recoveries: list[tuple[str, float, float | None]] = field(default_factory=list)
 
     def add(self, category: Category, detail: str) -> None:
         self.violations.append(Violation(category, detail))
@@ -69,4 +71,5 @@ class Findings:
         self.unattributed += other.unattributed
         self.figures += other.figures
         self.fenced_out += other.fenced_out
+        self.recoveries += other.recoveries
         return self
