@@ -41,6 +41,7 @@ async def orphan_sweep(
     ledger: SqliteLedger | PostgresLedger | None = None,
     lease_seconds: float = 30.0,
     lost_runs_within_seconds: float = 3600.0,
+    relaunch_start_seconds: float = 300.0,
 ) -> dict[str, int]:
     """Sweep the chats and workflows of one durable-chat deployment.
 
@@ -62,6 +63,9 @@ async def orphan_sweep(
         lost_runs_within_seconds: Relaunch runs of the deployment lost before they began
             their workflow (crashed, or Pending past the stale-heartbeat limit) that were
             due to start within this many seconds.
+        relaunch_start_seconds: A relaunch that has not begun its workflow this long after
+            it was made is taken for lost (its host cut off from the store, say), and the
+            workflow is relaunched again; a younger one is waited for.
     """
     await _name_the_pass(target_deployment)
     lease = None
@@ -84,6 +88,7 @@ async def orphan_sweep(
             ledger,
             lease,
             lost_runs_within_seconds,
+            relaunch_start_seconds,
         )
     finally:
         if beat is not None and lease is not None:
@@ -106,6 +111,7 @@ async def _one_pass(
     ledger: SqliteLedger | PostgresLedger | None,
     lease: SweepLease | None,
     lost_within: float,
+    relaunch_start: float,
 ) -> dict[str, int]:
     summary = await sweep_orphans(
         target_deployment,
@@ -121,7 +127,7 @@ async def _one_pass(
     relaunched = 0
     if self_heal and not dry_run:
         for workflow in _one_per_flow_run(summary.stranded):
-            if await relaunch_workflow(workflow, max_relaunches):
+            if await relaunch_workflow(workflow, max_relaunches, relaunch_start):
                 relaunched += 1
         relaunched += await relaunch_lost_runs(
             target_deployment, lost_within, stale_heartbeat_seconds, credentials, ledger

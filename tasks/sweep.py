@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from prefect import task
@@ -14,7 +15,7 @@ from prefect.artifacts import acreate_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
-from prefect.client.schemas.objects import StateType
+from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.deployments.flow_runs import arun_deployment
 from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run as current_flow_run
@@ -178,11 +179,16 @@ async def _flow_run_state(flow_run_id: str | None) -> str | None:
     task_run_name="relaunch {workflow.workflow_id}",
     cache_policy=NO_CACHE,
 )
-async def relaunch_workflow(workflow: WorkflowRecord, max_relaunches: int = 3) -> str | None:
+async def relaunch_workflow(
+    workflow: WorkflowRecord, max_relaunches: int = 3, relaunch_start: float = 300.0
+) -> str | None:
     """Launch the workflow's deployment again, same workflow id and parameters.
 
     Bounded: at most ``max_relaunches`` times per workflow. The new run takes a
-    newer fencing epoch, so the old one cannot act even if it wakes up.
+    newer fencing epoch, so the old one cannot act even if it wakes up. An earlier
+    relaunch still unfinished is waited for, unless it was made more than
+    ``relaunch_start`` seconds ago: it has not begun the workflow by then (the store
+    still names the stranded run), so it is taken for lost and another is made.
     Returns the new flow run id, or ``None`` when nothing was launched.
     """
     log = run_log()
@@ -206,7 +212,13 @@ async def relaunch_workflow(workflow: WorkflowRecord, max_relaunches: int = 3) -
         earlier = await client.read_flow_runs(
             flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag]))
         )
-        pending = [r for r in earlier if r.state is None or not r.state.is_final()]
+        unfinished = [r for r in earlier if r.state is None or not r.state.is_final()]
+        pending = [r for r in unfinished if _age(r) <= relaunch_start]
+        for lost in (r for r in unfinished if r not in pending):
+            log.info(
+                f"Workflow {workflow.workflow_id}: its relaunch {lost.name!r} has not begun it "
+                f"{_age(lost):.0f} s after it was made; relaunched again."
+            )
         if pending:
             # Its relaunch has not begun the workflow yet (waiting for a worker, starting):
             # another would only race it.
@@ -234,6 +246,12 @@ async def relaunch_workflow(workflow: WorkflowRecord, max_relaunches: int = 3) -
         f"({flow_run_url(new.id)}); it takes over from run {last.name!r}."
     )
     return str(new.id)
+
+
+def _age(run: FlowRun) -> float:
+    """Seconds since the flow run was made."""
+    made = run.created or datetime.now(UTC)
+    return (datetime.now(UTC) - made).total_seconds()
 
 
 def _next_name(last_name: str, workflow: WorkflowRecord) -> str:

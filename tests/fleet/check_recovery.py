@@ -72,7 +72,7 @@ def _judge(ev: Evidence, hit: Hit) -> Findings:
         return _no_successor(ev, hit)
     findings = Findings()
     sweep_own = _sweep_own(ev, successor)
-    limit = _limit(ev) + sweep_own
+    limit = _limit(ev) + sweep_own + _lost_relaunches(ev, hit, successor)
     took = (successor.created - hit.at).total_seconds()
     own = _own_work(successor)
     finished = _finished_at(ev, hit.workflow_id)
@@ -102,13 +102,33 @@ def _judge(ev: Evidence, hit: Hit) -> Findings:
     return findings
 
 
+def _lost_relaunches(ev: Evidence, hit: Hit, successor: FlowRun) -> float:
+    """The wait for a relaunch that never began (it landed on a host cut off from the
+    store, say): the sweep makes another once it is ``relaunch_start`` old, at its next
+    pass. Allowed only when the successor was such a second relaunch."""
+    made = [
+        r
+        for r in ev.runs[hit.workflow_id]
+        if r.created is not None
+        and successor.created is not None
+        and hit.at < r.created < successor.created
+    ]
+    t = ev.timings
+    return len(made) * (t.relaunch_start + t.sweep_interval)
+
+
 def _no_successor(ev: Evidence, hit: Hit) -> Findings:
     """No run took over: fine if the outage ended before one was due, else a violation."""
     findings = Findings()
     record = hit.record
     assert record.started is not None
     lasted = (record.ended or record.started) - record.started
-    allowed = _limit(ev) + SWEEP_START
+    relaunched = [
+        r for r in ev.runs[hit.workflow_id] if r.created is not None and r.created > hit.at
+    ]
+    # A relaunch made, but on a host the same fault cut off, is waited for that long more.
+    extra = ev.timings.relaunch_start + ev.timings.sweep_interval if relaunched else 0.0
+    allowed = _limit(ev) + SWEEP_START + extra
     if lasted > allowed:
         findings.add(
             "slow recovery",

@@ -45,6 +45,9 @@ class Timings:
     step_deadline: float = 60.0
     #: Generous: a campaign may strand one workflow several times over.
     max_relaunches: int = 10
+    #: A relaunch not begun by then is taken for lost (it may have landed on a host cut
+    #: off from the store) and made again: a run starts in well under this here.
+    relaunch_start: float = 30.0
 
     def workflow_settings(self) -> dict[str, float]:
         return {
@@ -60,6 +63,7 @@ class Timings:
             "stuck_after_seconds": self.stuck_after,
             "stale_heartbeat_seconds": self.stale_heartbeat,
             "max_relaunches": self.max_relaunches,
+            "relaunch_start_seconds": self.relaunch_start,
             "tools": [CHARGE_CARD],
             "credentials": ref(CREDENTIALS_SLUG),
             "ledger": ref(LEDGER_SLUG),

@@ -117,6 +117,12 @@ async def test_a_users_own_flow_is_relaunched_from_its_deployment(
     # The next pass finds the relaunch still waiting for a worker: it is on its way.
     again = await orphan_sweep(target_deployment="shop-refunds", stale_heartbeat_seconds=0)
     assert again["stranded"] == 1 and again["relaunched"] == 0
+    # Once it has waited longer than a relaunch may take to begin (its host cut off from
+    # the store, say), it is taken for lost and the workflow is relaunched again.
+    lost = await orphan_sweep(
+        target_deployment="shop-refunds", stale_heartbeat_seconds=0, relaunch_start_seconds=0
+    )
+    assert lost["stranded"] == 1 and lost["relaunched"] == 1
 
 
 async def test_a_paused_or_suspended_run_is_waiting_not_stranded(
