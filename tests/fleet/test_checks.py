@@ -36,10 +36,17 @@ def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
 
 
-def workflow_write(seconds: float, epoch: int, run: str, src: str) -> Write:
-    body = json.dumps({"epoch": epoch, "flow_run_id": run})
-    params: dict[int, str | None] = {1: "tenant", 2: WF, 3: str(epoch), 4: "running", 7: body}
-    return Write(at(seconds), at(seconds), src, "workflows", params)
+def begin_run(seconds: float, run: str, src: str) -> Write:
+    """``begin_run``'s one statement (it takes the next epoch), for ``run``."""
+    body, fields = json.dumps({"epoch": 1, "flow_run_id": run}), json.dumps({"flow_run_id": run})
+    params: dict[int, str | None] = {1: "tenant", 2: WF, 3: "1", 4: "running", 7: body, 8: fields}
+    return Write(at(seconds), at(seconds), src, "workflows", params, takes_epoch=True)
+
+
+def fenced_write(seconds: float, epoch: int, src: str, table: str = "workflows") -> Write:
+    """A write fenced at ``epoch`` (``$3``), as every write of the store is."""
+    params: dict[int, str | None] = {1: "tenant", 2: WF, 3: str(epoch), 4: '{"heartbeat_at": 1}'}
+    return Write(at(seconds), at(seconds), src, table, params)
 
 
 def send(seconds: float, run: str, src: str) -> Request:
@@ -71,7 +78,7 @@ def evidence(requests: list[Request], writes: list[Write], state_of_a: State) ->
         tenant="tenant",
         truth=Truth({CHAT: chat}, (), (), ()),
         requests=requests,
-        writes=[workflow_write(0, 1, RUN_A, SRC_A), workflow_write(10, 2, RUN_B, SRC_B), *writes],
+        writes=[begin_run(0, RUN_A, SRC_A), begin_run(10, RUN_B, SRC_B), *writes],
         runs={WF: runs},
         sweeps=[],
         workflows={WF: None},
@@ -104,12 +111,13 @@ def test_a_send_after_the_successor_took_the_epoch_is_blamed_on_the_old_run() ->
     assert "send" in violation.detail and "2.0s after epoch 2" in violation.detail
 
 
-def test_a_late_write_is_caught_by_its_connection_or_by_its_epoch() -> None:
-    stale = workflow_write(11, 1, RUN_A, "10.231.0.99:1")  # no glimpse of this socket
-    by_socket = Write(at(12), at(12), SRC_A, "steps", {1: "tenant", 2: WF, 3: "1"})
-    found = check_fencing(evidence([], [stale, by_socket], SUPERSEDED)).of("fenced run wrote")
-    assert len(found) == 2
-    assert "carrying epoch 1" in found[0] and "from its connection" in found[1]
+def test_a_late_write_fenced_at_the_old_epoch_wrote_nothing_and_an_unfenced_one_is_caught() -> None:
+    stale = fenced_write(11, 1, SRC_A)  # the old run's heartbeat: its fence matches nothing
+    unfenced = Write(at(12), at(12), SRC_A, "steps", {1: "tenant", 2: WF})
+    findings = check_fencing(evidence([], [stale, unfenced], SUPERSEDED))
+    [found] = findings.of("fenced run wrote")
+    assert "from its connection" in found and findings.fenced_out == 1
+    assert check_fencing(evidence([], [stale], SUPERSEDED)).violations == []
 
 
 def test_a_superseded_run_that_ends_failed_is_reported() -> None:
