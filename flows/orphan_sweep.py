@@ -65,7 +65,9 @@ async def orphan_sweep(
             due to start within this many seconds.
         relaunch_start_seconds: A relaunch that has not begun its workflow this long after
             it was made is taken for lost (its host cut off from the store, say), and the
-            workflow is relaunched again; a younger one is waited for.
+            workflow is relaunched again; a younger one is waited for. So is a run Running
+            this long without beginning its workflow (its host died as it started): keep
+            it above the time your flow takes to reach its first turn.
     """
     await _name_the_pass(target_deployment)
     lease = None
@@ -130,7 +132,12 @@ async def _one_pass(
             if await relaunch_workflow(workflow, max_relaunches, relaunch_start):
                 relaunched += 1
         relaunched += await relaunch_lost_runs(
-            target_deployment, lost_within, stale_heartbeat_seconds, credentials, ledger
+            target_deployment,
+            lost_within,
+            stale_heartbeat_seconds,
+            relaunch_start,
+            credentials,
+            ledger,
         )
     elif summary.stranded:
         run_log().info(

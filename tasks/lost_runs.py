@@ -4,8 +4,9 @@ A flow run can die before its ``DurableChat`` takes the workflow's first epoch: 
 host killed while the worker submitted it, Prefect's server restarting as it started,
 the store out of reach at its first read. The store never hears of such a workflow,
 so the stranded-workflow path (which starts from the store) cannot find it. Prefect
-can: the run ended Crashed, or sits Pending long after a worker took it, and it still
-has the name Prefect gave it (a run that began its workflow is renamed after it). Each
+can: the run ended Crashed, or sits Pending long after a worker took it, or Running
+long after it started (its host died as it started: nothing will ever end it), and it
+still has the name Prefect gave it (a run that began its workflow is renamed after it). Each
 is launched again once, from its deployment with its parameters; the relaunch carries
 a tag naming the run it replaces, so no later pass launches it twice.
 """
@@ -53,6 +54,7 @@ async def relaunch_lost_runs(
     deployment: str,
     within_seconds: float,
     pending_for_seconds: float,
+    running_for_seconds: float,
     credentials: CoderCredentials | None = None,
     ledger: Ledger | None = None,
 ) -> int:
@@ -63,7 +65,8 @@ async def relaunch_lost_runs(
     known = {w.flow_run_id for w in workflows if w.flow_run_id}
     relaunched = 0
     async with get_client() as client:
-        for run in await _candidates(client, deployment, within_seconds, pending_for_seconds):
+        limits = {StateType.PENDING: pending_for_seconds, StateType.RUNNING: running_for_seconds}
+        for run in await _candidates(client, deployment, within_seconds, limits):
             if str(run.id) in known or await _replaced(client, run):
                 continue
             await _relaunch(client, run)
@@ -72,15 +75,16 @@ async def relaunch_lost_runs(
 
 
 async def _candidates(
-    client: PrefectClient, deployment: str, within: float, pending_for: float
+    client: PrefectClient, deployment: str, within: float, limits: dict[StateType, float]
 ) -> list[FlowRun]:
-    """Crashed runs, and runs Pending for longer than ``pending_for``, that never began."""
+    """Crashed runs, and runs Pending or Running for longer than their limit, that never
+    began their workflow."""
     now = datetime.now(UTC)
     runs = await client.read_flow_runs(
         deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment])),
         flow_run_filter=FlowRunFilter(
             state=FlowRunFilterState(
-                type=FlowRunFilterStateType(any_=[StateType.CRASHED, StateType.PENDING])
+                type=FlowRunFilterStateType(any_=[StateType.CRASHED, *limits])
             ),
             expected_start_time=FlowRunFilterExpectedStartTime(
                 after_=now - timedelta(seconds=within)
@@ -92,9 +96,9 @@ async def _candidates(
     for run in runs:
         if began_a_workflow(run.name) or run.state is None:
             continue
-        if run.state.type == StateType.PENDING:
+        if run.state.type in limits:
             since = run.state.timestamp
-            if since is None or (now - since).total_seconds() < pending_for:
+            if since is None or (now - since).total_seconds() < limits[run.state.type]:
                 continue
         lost.append(run)
     return lost
@@ -111,10 +115,14 @@ async def _replaced(client: PrefectClient, run: FlowRun) -> bool:
 async def _relaunch(client: PrefectClient, run: FlowRun) -> None:
     log = run_log()
     assert run.deployment_id is not None
-    why = "it crashed" if run.state_type == StateType.CRASHED else "it never left Pending"
-    if run.state_type == StateType.PENDING:
-        # No worker runs it any more: say so, so that it is not taken for a live one.
-        message = "Lost before it began its workflow: no worker took it on; relaunched."
+    why = {
+        StateType.CRASHED: "it crashed",
+        StateType.PENDING: "it never left Pending",
+        StateType.RUNNING: "it has been Running without beginning it",
+    }.get(run.state_type or StateType.CRASHED, "it was lost")
+    if run.state_type in (StateType.PENDING, StateType.RUNNING):
+        # Nothing runs it any more: say so, so that it is not taken for a live one.
+        message = f"Lost before it began its workflow ({why}); relaunched."
         await client.set_flow_run_state(run.id, Crashed(message=message), force=True)
     new = await arun_deployment(
         run.deployment_id,

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
-from prefect.client.schemas.objects import FlowRun, State
-from prefect.states import Crashed, Suspended
+from prefect.client.schemas.objects import FlowRun, State, StateType
+from prefect.states import Crashed, Running, Suspended
 
 from coder_chat.durable.markers import chat_labels
 from coder_chat.durable.records import WorkflowState
@@ -156,6 +156,26 @@ async def test_one_pass_at_a_time_and_a_dead_pass_is_taken_over(
     assert busy["acted"] == 0 and not sim.chat(orphan).archived
     taken = await orphan_sweep(target_deployment="leased", orphan_age_seconds=0, lease_seconds=0)
     assert taken["acted"] == 1 and sim.chat(orphan).archived
+
+
+async def test_a_run_left_running_before_it_began_its_workflow_is_relaunched_in_time(
+    sim: Simulator, coder_env: Path
+) -> None:
+    """Its host died while it started: Prefect shows it Running for good, and the store
+    never heard of its workflow. Within relaunch_start_seconds it may still be starting
+    and is left alone; past it, it is marked Crashed and launched again, once."""
+    stuck = await a_deployed_run("refund-31", Running())
+    young = await orphan_sweep(target_deployment="shop-refunds")
+    old = await orphan_sweep(target_deployment="shop-refunds", relaunch_start_seconds=0)
+    again = await orphan_sweep(target_deployment="shop-refunds", relaunch_start_seconds=0)
+    assert (young["relaunched"], old["relaunched"], again["relaunched"]) == (0, 1, 0)
+    async with get_client() as client:
+        marked = await client.read_flow_run(stuck.id)
+        [relaunch] = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[replaces_tag(stuck.id)]))
+        )
+    assert marked.state is not None and marked.state.type == StateType.CRASHED
+    assert relaunch.parameters == stuck.parameters
 
 
 async def test_a_run_lost_before_it_began_its_workflow_is_relaunched_once(
