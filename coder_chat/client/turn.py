@@ -368,9 +368,11 @@ class Turn:
         if chat_id is None:
             return
         outcome: StopOutcome = "unknown"
+        sending = False  # until the check before acting passed, nothing can have left
         try:
             async with asyncio.timeout(self.options.interrupt_timeout):
                 await self.options.before_action("interrupt")
+                sending = True
                 if self.queued_id is not None and not self.translator.opened:
                     await self.client.delete_queued_message(chat_id, self.queued_id)
                     outcome = "withdrawn"
@@ -385,7 +387,8 @@ class Turn:
         except CoderTransportError as exc:
             outcome = "unknown" if exc.sent else "undelivered"
         except (CoderError, TimeoutError):
-            outcome = "unknown"
+            # The check before acting failed (the store out of reach, say): nothing was sent.
+            outcome = "unknown" if sending else "undelivered"
         finally:
             self.session.last_stop = outcome
 

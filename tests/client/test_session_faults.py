@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from coder_chat.client.events import TransportEvent, WsOpen
-from coder_chat.errors import CoderApiError, CoderChatError, CoderStreamError
+from coder_chat.errors import CoderApiError, CoderChatError, CoderError, CoderStreamError
 from coder_chat.simulator import Simulator
 
 from .helpers import (
@@ -338,6 +338,26 @@ async def test_a_deadline_raises_timeout_error_and_interrupts(sim: Simulator) ->
     assert session.chat_id is not None
     assert interrupts(sim, session.chat_id) == [("running", 200)]
     assert len(recorder.starts()) == len(recorder.settles()) == 1
+
+
+async def test_a_stop_whose_check_before_acting_fails_sends_nothing_and_says_so(
+    sim: Simulator,
+) -> None:
+    """The check before acting (the durable layer's fence, reading its store) fails when
+    the turn must be stopped: no interrupt leaves, and the session says the stop was
+    undelivered, so that the attempt is not taken for one the stop may have cut."""
+
+    async def store_out_of_reach(action: str) -> None:
+        if action == "interrupt":
+            raise CoderError("the store is out of reach")
+
+    session = session_for(sim, before_action=store_out_of_reach)
+    with pytest.raises(TimeoutError):
+        await session.generate("/sleep 5 slow", deadline=0.3)
+    await session.aclose()
+    assert session.chat_id is not None
+    assert interrupts(sim, session.chat_id) == []
+    assert session.last_stop == "undelivered" and session.last_stop_at is None
 
 
 async def test_cancellation_reraises_and_interrupts(sim: Simulator) -> None:
