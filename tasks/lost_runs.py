@@ -33,6 +33,7 @@ from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.deployments.flow_runs import arun_deployment
 from prefect.states import Crashed
 
+from coder_chat.durable.records import WorkflowRecord
 from prefect_coder.blocks import CoderCredentials
 from prefect_coder.tasks._runtime import Ledger, run_log, runtime
 from prefect_coder.tasks.runs import began_a_workflow
@@ -63,8 +64,10 @@ async def relaunch_lost_runs(
     rt = runtime(credentials, ledger)
     workflows = await rt.store.list_workflows(rt.tenant, deployment=deployment)
     known = {w.flow_run_id for w in workflows if w.flow_run_id}
+    ended = {w.flow_run_id: w for w in workflows if w.flow_run_id and w.state != "running"}
     relaunched = 0
     async with get_client() as client:
+        await _settle_ended(client, deployment, within_seconds, running_for_seconds, ended)
         limits = {StateType.PENDING: pending_for_seconds, StateType.RUNNING: running_for_seconds}
         for run in await _candidates(client, deployment, within_seconds, limits):
             if str(run.id) in known or await _replaced(client, run):
@@ -102,6 +105,40 @@ async def _candidates(
                 continue
         lost.append(run)
     return lost
+
+
+async def _settle_ended(
+    client: PrefectClient,
+    deployment: str,
+    within: float,
+    running_for: float,
+    ended: dict[str, WorkflowRecord],
+) -> None:
+    """Runs still shown Running long after the workflow they held ended (their process
+    stopped between ending it and telling Prefect): marked Crashed, saying so, so that
+    nobody takes them for live ones. Nothing is left for them to do."""
+    now = datetime.now(UTC)
+    runs = await client.read_flow_runs(
+        deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment])),
+        flow_run_filter=FlowRunFilter(
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING])),
+            expected_start_time=FlowRunFilterExpectedStartTime(
+                after_=now - timedelta(seconds=within)
+            ),
+        ),
+        limit=200,
+    )
+    for run in runs:
+        workflow = ended.get(str(run.id))
+        since = run.state.timestamp if run.state else None
+        if workflow is None or since is None or (now - since).total_seconds() < running_for:
+            continue
+        message = (
+            f"Its process stopped after workflow {workflow.workflow_id} {workflow.state} "
+            "(the store says so), before it could tell Prefect; nothing was left to do."
+        )
+        await client.set_flow_run_state(run.id, Crashed(message=message), force=True)
+        run_log().info(f"Run {run.name!r}: its process stopped after its workflow ended.")
 
 
 async def _replaced(client: PrefectClient, run: FlowRun) -> bool:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from prefect.client.schemas.objects import StateType
+from prefect.client.schemas.objects import FlowRun, StateType
 
 from coder_chat.durable.markers import LABEL_WORKFLOW, step_marker
 from coder_chat.durable.records import WorkflowState
@@ -35,13 +35,23 @@ def check_finished(ev: Evidence) -> Findings:
     for wf in ev.workflow_ids:
         record, runs = ev.workflows[wf], ev.runs[wf]
         state = record.state.value if record else "never begun"
-        completed = any(r.state_type == StateType.COMPLETED for r in runs)
+        # A run whose process died once the workflow had ended is marked so by the sweep.
+        completed = any(
+            r.state_type == StateType.COMPLETED
+            or (r.state_type == StateType.CRASHED and _ended_first(r))
+            for r in runs
+        )
         if record is not None and record.state == WorkflowState.FINISHED and completed:
             continue
         told = ", ".join(f"{r.name} {_state(r)} on {ev.host_of(str(r.id))}" for r in runs)
         after = " (Prefect's server was restarted in this schedule)" if restarted else ""
         findings.add("unfinished workflows", f"{wf}: {state} in the store; runs: {told}{after}")
     return findings
+
+
+def _ended_first(run: FlowRun) -> bool:
+    message = run.state.message if run.state else None
+    return "before it could tell Prefect" in (message or "")
 
 
 def _state(run: object) -> str:

@@ -92,6 +92,7 @@ async def play(
             await watching
     await _wait(lambda: _quiet(fleet, played), limits.quiet, "quiet", played)
     await _silence(fleet, played)
+    await _wait(lambda: _settled(played), limits.quiet, "runs settled", played)
     await _free_stuck_sweeps(fleet, played)
     await _wait(lambda: _swept(fleet, played), limits.sweep, "sweep", played)
     return played
@@ -182,6 +183,15 @@ async def _still_running(fleet: Fleet, played: Played) -> list[str]:
         if (seen is not None and now - seen.last < ALIVE) or (seen is None and not ended(run)):
             running.append(str(run.id))
     return running
+
+
+async def _settled(played: Played) -> bool:
+    """Every run of the schedule's workflows ended in Prefect too: a run whose process
+    died is marked by the sweep (Crashed, once ``relaunch_start`` has passed)."""
+    ids = {w.workflow_id for w in played.schedule.workflows}
+    async with get_client() as client:
+        runs = await deployment_runs(client, "durable-chat", played.started - timedelta(minutes=1))
+    return all(ended(r) for r in runs if r.parameters.get("workflow_id") in ids)
 
 
 async def _silence(fleet: Fleet, played: Played) -> None:

@@ -178,6 +178,34 @@ async def test_a_run_left_running_before_it_began_its_workflow_is_relaunched_in_
     assert relaunch.parameters == stuck.parameters
 
 
+async def test_a_run_left_running_after_its_workflow_ended_is_marked_and_not_relaunched(
+    sim: Simulator, coder_env: Path
+) -> None:
+    """Its process stopped between finishing the workflow and telling Prefect: the store
+    says finished, Prefect says Running for good. The sweep marks it Crashed, saying the
+    workflow had finished, and launches nothing."""
+    run = await a_deployed_run("refund-41", Running())
+    async with get_client() as client:  # named after its workflow, as it began it
+        await client.update_flow_run(run.id, name="refund-41 · epoch 1")
+    store = SqliteStore(coder_env)
+    tenant = str(sim.organization_id)
+    fence = await store.begin_run(
+        tenant, "refund-41", deployment="shop-refunds", flow_run_id=str(run.id)
+    )
+    await store.finish(fence, WorkflowState.FINISHED)
+    await store.close()
+    summary = await orphan_sweep(target_deployment="shop-refunds", relaunch_start_seconds=0)
+    assert summary["relaunched"] == 0
+    async with get_client() as client:
+        marked = await client.read_flow_run(run.id)
+        relaunches = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[replaces_tag(run.id)]))
+        )
+    assert marked.state is not None and marked.state.type == StateType.CRASHED
+    assert "workflow refund-41 finished" in (marked.state.message or "")
+    assert relaunches == []
+
+
 async def test_a_run_lost_before_it_began_its_workflow_is_relaunched_once(
     sim: Simulator, coder_env: Path
 ) -> None:
