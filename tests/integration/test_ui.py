@@ -1,6 +1,7 @@
 """The Prefect UI, in a real headless Chromium: launch durable-chat from its run form, read the run.
 
-Real processes throughout: ``prefect server start`` (with its UI), ``prefect deploy``
+Real processes throughout: ``prefect server start`` (with its UI, its database a private
+PostgreSQL), ``prefect deploy``
 from deployments/prefect.yaml (into a ``process`` pool made as ``prefect work-pool
 create`` makes one), a process worker and ``prefect-coder simulator``. A
 CoderCredentials block is saved through the API, as a user would save one; then the
@@ -52,6 +53,7 @@ from tests.integration.procs import (
     until,
     wait_for_line,
 )
+from tests.pgcluster import PgCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -73,8 +75,12 @@ pytestmark = [
 async def test_launch_durable_chat_from_the_ui_and_read_the_run(tmp_path: Path) -> None:
     browser_path = require_chromium()
     clear_screenshots("ui-")
-    async with managed_processes(tmp_path) as procs:
-        await scenario(procs, tmp_path, browser_path)
+    # Prefect's server on a PostgreSQL of the test's own: on SQLite, a loaded machine
+    # (this suite runs on several processes) makes the form's "Run" fail with "database
+    # is locked", as the README's fleet section says.
+    with PgCluster() as pg:
+        async with managed_processes(tmp_path) as procs:
+            await scenario(procs, tmp_path, browser_path, pg.dsn)
 
 
 @dataclass
@@ -87,7 +93,7 @@ class Clock:
         print(f"{time.monotonic() - self.start:7.1f}s  {what}")
 
 
-async def scenario(procs: Processes, tmp: Path, browser_path: Path) -> None:
+async def scenario(procs: Processes, tmp: Path, browser_path: Path, database: str) -> None:
     clock = Clock()
     port = free_port()
     ui = f"http://127.0.0.1:{port}"
@@ -115,6 +121,9 @@ async def scenario(procs: Processes, tmp: Path, browser_path: Path) -> None:
             **base_env,
             "PREFECT_SERVER_API_HOST": "127.0.0.1",
             "PREFECT_SERVER_API_PORT": str(port),
+            "PREFECT_API_DATABASE_CONNECTION_URL": database.replace(
+                "postgresql://", "postgresql+asyncpg://", 1
+            ),
         },
         cwd=tmp,
     )
