@@ -4,7 +4,8 @@ A flow run can die before its ``DurableChat`` takes the workflow's first epoch: 
 host killed while the worker submitted it, Prefect's server restarting as it started,
 the store out of reach at its first read. The store never hears of such a workflow,
 so the stranded-workflow path (which starts from the store) cannot find it. Prefect
-can: the run ended Crashed, or sits Pending long after a worker took it, or Running
+can: the run ended Crashed (or Failed before its flow began: Prefect's API out of reach
+while it resolved its parameters), or sits Pending long after a worker took it, or Running
 long after it started (its host died as it started: nothing will ever end it), and it
 still has the name Prefect gave it (a run that began its workflow is renamed after it). Each
 is launched again once, from its deployment with its parameters; the relaunch carries
@@ -40,6 +41,14 @@ from prefect_coder.tasks.runs import began_a_workflow
 
 #: The tag every relaunch carries, naming the run it replaces.
 REPLACES = "prefect-coder:replaces:"
+
+#: A run that failed before its flow began, because Prefect's API was out of reach while
+#: it resolved its parameters (its saved blocks): nothing of the user's ran; it is lost,
+#: not failed. Prefect says so in the failed state's message.
+_UNREACHED = re.compile(
+    r"^Validation of flow parameters failed with error: "
+    r"(ConnectError|ConnectTimeout|ReadTimeout|ReadError|RemoteProtocolError|PoolTimeout)\b"
+)
 
 
 def replaces_tag(flow_run_id: uuid.UUID | str) -> str:
@@ -80,14 +89,15 @@ async def relaunch_lost_runs(
 async def _candidates(
     client: PrefectClient, deployment: str, within: float, limits: dict[StateType, float]
 ) -> list[FlowRun]:
-    """Crashed runs, and runs Pending or Running for longer than their limit, that never
+    """Crashed runs, runs that failed before their flow began because Prefect's API was
+    out of reach, and runs Pending or Running for longer than their limit, that never
     began their workflow."""
     now = datetime.now(UTC)
     runs = await client.read_flow_runs(
         deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment])),
         flow_run_filter=FlowRunFilter(
             state=FlowRunFilterState(
-                type=FlowRunFilterStateType(any_=[StateType.CRASHED, *limits])
+                type=FlowRunFilterStateType(any_=[StateType.CRASHED, StateType.FAILED, *limits])
             ),
             expected_start_time=FlowRunFilterExpectedStartTime(
                 after_=now - timedelta(seconds=within)
@@ -99,6 +109,8 @@ async def _candidates(
     for run in runs:
         if began_a_workflow(run.name) or run.state is None:
             continue
+        if run.state.type == StateType.FAILED and not _UNREACHED.match(run.state.message or ""):
+            continue  # a failure of its own: it would only fail again
         if run.state.type in limits:
             since = run.state.timestamp
             if since is None or (now - since).total_seconds() < limits[run.state.type]:
@@ -156,6 +168,7 @@ async def _relaunch(client: PrefectClient, run: FlowRun) -> None:
         StateType.CRASHED: "it crashed",
         StateType.PENDING: "it never left Pending",
         StateType.RUNNING: "it has been Running without beginning it",
+        StateType.FAILED: "Prefect's API was out of reach as it started",
     }.get(run.state_type or StateType.CRASHED, "it was lost")
     if run.state_type in (StateType.PENDING, StateType.RUNNING):
         # Nothing runs it any more: say so, so that it is not taken for a live one.

@@ -9,7 +9,7 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 from prefect.client.schemas.objects import FlowRun, State, StateType
-from prefect.states import Crashed, Running, Suspended
+from prefect.states import Crashed, Failed, Running, Suspended
 
 from coder_chat.durable.markers import chat_labels
 from coder_chat.durable.records import WorkflowState
@@ -204,6 +204,27 @@ async def test_a_run_left_running_after_its_workflow_ended_is_marked_and_not_rel
     assert marked.state is not None and marked.state.type == StateType.CRASHED
     assert "workflow refund-41 finished" in (marked.state.message or "")
     assert relaunches == []
+
+
+async def test_a_run_that_failed_to_reach_the_api_as_it_started_is_relaunched(
+    sim: Simulator, coder_env: Path
+) -> None:
+    """Prefect's API was out of reach while the run resolved its saved blocks: it failed
+    before anything of the flow ran. It is lost, not failed, and launched again once; a
+    run that failed for a reason of its own is not (it would only fail again)."""
+    unreached: State[Any] = Failed(
+        message="Validation of flow parameters failed with error: ConnectError: [Errno 113] "
+        "No route to host"
+    )
+    lost = await a_deployed_run("refund-51", unreached)
+    await a_deployed_run("refund-52", Failed(message="ValueError: no such order"))
+    summary = await orphan_sweep(target_deployment="shop-refunds")
+    assert summary["relaunched"] == 1
+    async with get_client() as client:
+        [relaunch] = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[replaces_tag(lost.id)]))
+        )
+    assert relaunch.parameters == lost.parameters
 
 
 async def test_a_run_lost_before_it_began_its_workflow_is_relaunched_once(
