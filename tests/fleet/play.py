@@ -32,7 +32,7 @@ from prefect.states import Crashed
 
 from coder_chat.durable.store import DurableStore
 
-from .config import DURABLE_CHAT
+from .config import DURABLE_CHAT, Timings
 from .faults import FaultRecord, Injector
 from .fleet import Fleet
 from .observe import Observer, Progress
@@ -59,6 +59,10 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
+#: Beyond two sweep passes, for a lost run's relaunch to be made.
+SLACK_LOST = 10.0
+
+
 @dataclass
 class Played:
     schedule: FleetSchedule
@@ -81,7 +85,9 @@ async def play(
     faults = [asyncio.create_task(injector.play(f)) for f in schedule.faults]
     try:
         await asyncio.gather(*(_launch(fleet, w, played) for w in schedule.workflows))
-        await _wait(lambda: _work_over(observer, played), limits.work, "work", played)
+        await _wait(
+            lambda: _work_over(observer, played, fleet.timings), limits.work, "work", played
+        )
         played.all_ended = datetime.now(UTC)
     finally:
         await _cancel(faults)
@@ -110,23 +116,26 @@ async def _launch(fleet: Fleet, workflow: FleetWorkflow, played: Played) -> None
     played.launched[workflow.workflow_id] = str(run.id)
 
 
-async def _work_over(observer: Observer, played: Played) -> bool:
+async def _work_over(observer: Observer, played: Played, timings: Timings) -> bool:
     """Every workflow ended in the store, or lost before the store heard of it."""
     ids = observer.workflow_ids
     unbegun = [i for i in ids if observer.progress.get(i, Progress()).record is None]
-    lost = await _lost(played, unbegun) if unbegun else set()
+    lost = await _lost(played, unbegun, timings) if unbegun else set()
     return all(observer.ended(i) or i in lost for i in ids)
 
 
-async def _lost(played: Played, unbegun: list[str]) -> set[str]:
-    """Workflows the store never heard of whose every flow run has ended: nothing will
-    ever run them again (the sweep knows only what the store knows)."""
+async def _lost(played: Played, unbegun: list[str], timings: Timings) -> set[str]:
+    """Workflows the store never heard of whose every flow run ended long enough ago
+    that the sweep's relaunch of lost runs had its chance (two passes after the last
+    one ended): nothing will run them again."""
     async with get_client() as client:
         runs = await deployment_runs(client, "durable-chat", played.started - timedelta(minutes=1))
-    lost = set()
+    chance = timedelta(seconds=2 * timings.sweep_interval + SLACK_LOST)
+    now, lost = datetime.now(UTC), set()
     for workflow_id in unbegun:
         theirs = [r for r in runs if r.parameters.get("workflow_id") == workflow_id]
-        if theirs and all(ended(r) for r in theirs):
+        ends = [r.end_time or r.state.timestamp for r in theirs if ended(r) and r.state]
+        if theirs and len(ends) == len(theirs) and all(e and now - e > chance for e in ends):
             lost.add(workflow_id)
     return lost
 
