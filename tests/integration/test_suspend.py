@@ -105,7 +105,9 @@ async def state_of(run_id: UUID, state: StateType, procs: Processes) -> FlowRun:
 
 async def log_lines(run_id: UUID) -> list[str]:
     async with get_client() as client:
-        for _ in range(20):  # the run's last lines may still be on their way
+        # The run's last lines may still be on their way: Prefect ships logs in batches,
+        # late on a loaded machine.
+        for _ in range(240):
             logs = await client.read_logs(
                 log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])), limit=200
             )
