@@ -42,7 +42,7 @@ from pathlib import Path
 
 import asyncpg
 
-from bench._common import load
+from bench._common import drop_schema, load
 from coder_chat.durable.postgres import PostgresStore, redact_dsn
 from coder_chat.durable.records import Fence, JournalEntry, StepRecord, WorkflowState
 from coder_chat.durable.sqlite import BUSY_TIMEOUT_MS, SqliteStore
@@ -290,24 +290,13 @@ async def bench_postgres(dsn: str, n: int) -> None:
         version = await _server_version(dsn)
         report(f"postgres {version} at {redact_dsn(dsn)}", ours)
     finally:
-        await _drop(dsn, schema)
+        await drop_schema(dsn, schema)
 
 
 async def _server_version(dsn: str) -> str:
     conn = await asyncpg.connect(dsn)
     try:
         return str(await conn.fetchval("SHOW server_version")).split()[0]
-    finally:
-        await conn.close()
-
-
-async def _drop(dsn: str, schema: str) -> None:
-    try:
-        conn = await asyncpg.connect(dsn)
-    except (OSError, asyncpg.PostgresError):
-        return
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
     finally:
         await conn.close()
 
