@@ -181,6 +181,20 @@ async def test_a_retried_flow_and_a_refused_prompt_leave_the_workflow_unfinished
     assert user_prompts(sim, "[wf-changed/step-1]") == 1
 
 
+async def superseded_by_its_successor(workflow_id: str) -> FlowRun:
+    """Epoch 1's run of ``workflow_id`` ended Cancelled/Superseded naming epoch 2's run,
+    which is returned."""
+    async with get_client() as client:
+        runs = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(like_=workflow_id))
+        )
+    by_epoch = {r.name: r for r in runs}
+    old, new = by_epoch[f"{workflow_id} · epoch 1"], by_epoch[f"{workflow_id} · epoch 2"]
+    assert old.state is not None and old.state.type == StateType.CANCELLED
+    assert old.state.name == "Superseded" and new.name in (old.state.message or "")
+    return new
+
+
 async def test_a_superseded_run_ends_superseded_and_sends_nothing_more(
     sim: Simulator, coder_env: Path
 ) -> None:
@@ -203,14 +217,7 @@ async def test_a_superseded_run_ends_superseded_and_sends_nothing_more(
     assert taken.is_completed()
     with pytest.raises(Superseded):
         await slow
-    async with get_client() as client:
-        runs = await client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(like_="wf-taken"))
-        )
-    by_epoch = {r.name: r for r in runs}
-    old, new = by_epoch["wf-taken · epoch 1"], by_epoch["wf-taken · epoch 2"]
-    assert old.state is not None and old.state.type == StateType.CANCELLED
-    assert old.state.name == "Superseded" and "wf-taken · epoch 2" in (old.state.message or "")
+    new = await superseded_by_its_successor("wf-taken")
     assert new.state is not None and new.state.is_completed()
     assert user_prompts(sim, "[wf-taken/step-2]") == 1  # B's; A never sent step 2
 
@@ -242,14 +249,7 @@ async def test_a_run_whose_turns_a_successor_finished_ends_superseded(
     resume.set()
     with pytest.raises(Superseded):
         await cut_off
-    async with get_client() as client:
-        runs = await client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(like_="wf-outrun"))
-        )
-    by_epoch = {r.name: r for r in runs}
-    old = by_epoch["wf-outrun · epoch 1"]
-    assert old.state is not None and old.state.type == StateType.CANCELLED
-    assert old.state.name == "Superseded" and "wf-outrun · epoch 2" in (old.state.message or "")
+    await superseded_by_its_successor("wf-outrun")
     assert user_prompts(sim, "[wf-outrun/step-2]") == 1  # B's alone
 
 
