@@ -369,7 +369,12 @@ class DurableChat:
             if await self._was_superseded():
                 await self._superseded(exc, log)  # its failure came after it lost the workflow
             log.error(f"Workflow {self.workflow_id} failed: {exc}")
-            await end_failed_workflow(self.run, log)
+            try:
+                ended = await end_failed_workflow(self.run, log)
+            except FencedOut:
+                ended = False
+            if not ended:  # a newer run took the workflow while this one was ending it
+                await self._superseded(exc, log)
         # Anything else ends nothing: a crash, a cancellation, a pause or suspension
         # (the run resumes), or a failure the flow's own retries take again.
 

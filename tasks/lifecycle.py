@@ -63,8 +63,9 @@ async def archive_idle_chat(run: WorkflowRun, chat_id: str, report: Callable[[st
     return True
 
 
-async def end_failed_workflow(run: WorkflowRun, log: LoggingAdapter) -> None:
-    """The workflow's run failed for good: archive its chat if asked, and mark it FAILED.
+async def end_failed_workflow(run: WorkflowRun, log: LoggingAdapter) -> bool:
+    """The workflow's run failed for good: archive its chat if asked, and mark it FAILED;
+    ``False`` when a newer run owns the workflow by then (nothing is done).
 
     Marking it FAILED must not depend on anything else working: not on Coder
     answering, not on the first try of the store. The sweep never relaunches a
@@ -75,7 +76,7 @@ async def end_failed_workflow(run: WorkflowRun, log: LoggingAdapter) -> None:
     workflow = await with_retries(lambda: store.get_workflow(run.tenant, workflow_id))
     if workflow is None or workflow.epoch != run.epoch:
         log.info(f"A newer run owns workflow {workflow_id}; its chat is left to that run.")
-        return
+        return False
     if run.settings.archive_at_end:
         try:
             await with_retries(lambda: retire_workflow_chat(run, log.info))
@@ -83,6 +84,7 @@ async def end_failed_workflow(run: WorkflowRun, log: LoggingAdapter) -> None:
             log.warning(f"Could not archive the chat of workflow {workflow_id}: {exc}")
     await finish_workflow(run, WorkflowState.FAILED)
     log.info(f"Workflow {workflow_id} is marked failed; the sweep will not relaunch it.")
+    return True
 
 
 def _step_of(marker: str) -> int:
