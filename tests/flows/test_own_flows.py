@@ -208,12 +208,13 @@ async def test_a_superseded_run_ends_superseded_and_sends_nothing_more(
             await chat.turn(first)
             return (await chat.turn("second")).text
 
-    slow = asyncio.create_task(two_turns(first="first /sleep 1.5"))
+    # A's first turn lasts long enough that B begins inside it, even on a loaded machine.
+    slow = asyncio.create_task(two_turns(first="first /sleep 6"))
     while True:  # until A's first prompt is on the chat
         if user_prompts(sim, "[wf-taken/step-1]"):
             break
         await asyncio.sleep(0.05)
-    taken: State[str] = await two_turns(first="first /sleep 1.5", return_state=True)
+    taken: State[str] = await two_turns(first="first /sleep 6", return_state=True)
     assert taken.is_completed()
     with pytest.raises(Superseded):
         await slow

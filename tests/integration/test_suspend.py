@@ -9,8 +9,6 @@ on at the next step; nothing is sent twice and the refund is made once.
 
 from __future__ import annotations
 
-import asyncio
-import json
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -18,7 +16,6 @@ from uuid import UUID
 
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.flow_runs import aresume_flow_run
 from prefect.settings import PREFECT_API_URL
@@ -69,13 +66,15 @@ async def test_a_suspended_run_resumes_in_another_process_at_its_next_step(
         assert user_prompts(sim, "[refund-11/step-2]") == 0 and not ledger.applied
         await aresume_flow_run(run.id, run_input={"approved": True})
         done = await state_of(run.id, StateType.COMPLETED, procs)
+        # The resumed run's own lines, as its process printed them (the runner streams
+        # them): Prefect ships them to its API too, but best-effort and late under load.
+        await wait_for_line(runner, r"Workflow refund-11 is finished", 120)
+        printed = runner.output()
     assert done.name == "refund-11 · epoch 2"  # begun again, by the resumed run's process
     assert user_prompts(sim, "[refund-11/step-1]") == 1  # replayed from the store, not sent
     assert user_prompts(sim, "[refund-11/step-2]") == 1
     assert list(ledger.applied.values()) == [1]
-    lines = await log_lines(run.id)
-    assert any(line.startswith("Step 1: stored") for line in lines), lines
-    assert any(line.startswith("Step 2: ran") for line in lines), lines
+    assert " - Step 1: stored" in printed and " - Step 2: ran" in printed, printed[-3000:]
     store = SqliteStore(db)
     try:
         workflow = await store.get_workflow(str(sim.organization_id), "refund-11")
@@ -101,18 +100,3 @@ async def state_of(run_id: UUID, state: StateType, procs: Processes) -> FlowRun:
         return run if run.state_type == state else None
 
     return await until(reached, f"the run to be {state.value}", 240, procs.started, 0.5)
-
-
-async def log_lines(run_id: UUID) -> list[str]:
-    async with get_client() as client:
-        # The run's last lines may still be on their way: Prefect ships logs in batches,
-        # late on a loaded machine.
-        for _ in range(240):
-            logs = await client.read_logs(
-                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id])), limit=200
-            )
-            lines = [g.message for g in logs]
-            if any(line.startswith("Workflow refund-11 is finished") for line in lines):
-                return lines
-            await asyncio.sleep(0.5)
-    return [json.dumps(lines)]
