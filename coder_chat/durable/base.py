@@ -12,6 +12,13 @@ runs it as one write (committed before the call returns) or as a read. An op awa
 nothing but its transaction's methods: SQLite runs it to completion on its own
 thread, outside any event loop.
 
+Every write is committed before it returns, so a killed process never loses one. Most
+are also flushed to disk first, so that a machine that loses power does not lose them
+either: above all the journal entry before a send and a tool's claim before its effect,
+which keep an effect from being repeated. A few are not (:data:`UNFLUSHED`): a
+backend may return before those reach the disk, because losing them with the machine
+costs a recovery, never a repeat (see :data:`UNFLUSHED`).
+
 Each durable write is one call of a fenced write method (:class:`Transaction`): it
 checks the fence and writes, or writes nothing. SQLite does that inside one
 ``BEGIN IMMEDIATE`` transaction; Postgres in one statement, one round trip. Only when
@@ -25,7 +32,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -165,18 +172,32 @@ def step_view_of(
     )
 
 
+#: Writes a machine's power loss may take back, when the backend can defer their flush:
+#: a finished step (its journal entry stays, so the step recovers its answer from Coder
+#: instead of sending again), a checkpoint (a chat is found again by its labels) and a
+#: heartbeat. Any later flushed write flushes them too, so what a power loss takes is
+#: always the last few writes, as if the machine had stopped just before them.
+UNFLUSHED = frozenset({"complete_step", "save_checkpoint", "heartbeat"})
+
+
 class BaseStore(ABC):
     """Every method of :class:`~.store.DurableStore`, over a backend's transactions.
 
     A subclass implements :meth:`_transact` (and :meth:`close`). Writes go through
-    :meth:`_write`, which counts the commit in :attr:`commits` once it succeeded.
+    :meth:`_write`, which counts the commit in :attr:`commits` once it succeeded, and
+    in :attr:`flushes` when it reached the disk before returning.
     """
 
     #: Write transactions this object has committed (migrations are not counted).
     commits: int
+    #: Of those, the ones flushed to disk before they returned.
+    flushes: int
+    #: Whether writes asked not to flush return before reaching the disk.
+    defers_flushes: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self.commits = 0
+        self.flushes = 0
         # The store may be used from several event loops, each on its own thread.
         self._commits_lock = threading.Lock()
         self._store_id: str | None = None
@@ -187,19 +208,23 @@ class BaseStore(ABC):
         return self._closed
 
     @abstractmethod
-    async def _transact(self, doing: str, op: Op[T], *, write: bool) -> T:
+    async def _transact(self, doing: str, op: Op[T], *, write: bool, flush: bool = True) -> T:
         """Run ``op`` as one write, committed on return (``write``), or as a read.
 
-        ``doing`` names the operation in error messages.
+        ``doing`` names the operation in error messages. A write with ``flush=False``
+        may return before it reached the disk (see :data:`UNFLUSHED`), in a backend
+        that :attr:`defers_flushes`.
         """
 
     @abstractmethod
     async def close(self) -> None: ...
 
     async def _write(self, doing: str, op: Op[T]) -> T:
-        result = await self._transact(doing, op, write=True)
+        flush = doing not in UNFLUSHED
+        result = await self._transact(doing, op, write=True, flush=flush)
         with self._commits_lock:
             self.commits += 1
+            self.flushes += flush or not self.defers_flushes
         return result
 
     async def _read(self, doing: str, op: Op[T]) -> T:

@@ -455,7 +455,10 @@ class PostgresStore(BaseStore):
                 await conn.execute(f"INSERT INTO {s}.migrations (version) VALUES ($1)", version)
 
     # -- transactions -------------------------------------------------------------------
-    async def _transact(self, doing: str, op: Op[T], *, write: bool) -> T:
+    async def _transact(self, doing: str, op: Op[T], *, write: bool, flush: bool = True) -> T:
+        # Every write is flushed (``flush`` is not used): Postgres could defer one
+        # (``synchronous_commit = off``), but a server that crashes while our runs live on
+        # would lose it behind their backs, and a later write would not bring it back.
         retried = False
         while True:
             pool = await self._pool()

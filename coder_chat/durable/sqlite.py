@@ -1,8 +1,11 @@
 """``SqliteStore``: the embedded default store, one file, safe across processes.
 
-The file is opened in WAL mode with ``synchronous=FULL``; every write runs in
-its own ``BEGIN IMMEDIATE`` transaction and is committed before the call
-returns, so a process killed right after a write leaves it on disk. All SQLite
+The file is opened in WAL mode; every write runs in its own ``BEGIN IMMEDIATE``
+transaction and is committed before the call returns, so a process killed right
+after a write leaves it on disk. Writes are flushed (``synchronous=FULL``, an fsync
+of the log per commit) except those in :data:`~.base.UNFLUSHED`, committed with
+``synchronous=NORMAL``: the log is one file written in order, so the next flushed
+write makes them durable too, and a power loss can only take back the last few. All SQLite
 work happens on one dedicated thread per store, so the event loop never blocks
 and the store works from any event loop (Prefect runs tasks on several).
 
@@ -94,21 +97,24 @@ class SqliteStore(BaseStore):
         )
         self._local = threading.local()
 
+    defers_flushes = True
+
     def __repr__(self) -> str:
         return f"SqliteStore(path={str(self.path)!r})"
 
     # -- transactions, on the store's thread ----------------------------------------------
-    async def _transact(self, doing: str, op: Op[T], *, write: bool) -> T:
+    async def _transact(self, doing: str, op: Op[T], *, write: bool, flush: bool = True) -> T:
         if self._closed:
             raise CoderStoreError(f"{self!r} is closed")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._call, doing, op, write)
+        return await loop.run_in_executor(self._executor, self._call, doing, op, write, flush)
 
-    def _call(self, doing: str, op: Op[T], write: bool) -> T:
+    def _call(self, doing: str, op: Op[T], write: bool, flush: bool) -> T:
         conn = self._connection()
         try:
             if not write:
                 return run_now(op(_SqliteTransaction(conn)))
+            self._synchronous(conn, flush)
             conn.execute("BEGIN IMMEDIATE")
             result = run_now(op(_SqliteTransaction(conn)))
             conn.execute("COMMIT")
@@ -123,11 +129,20 @@ class SqliteStore(BaseStore):
             _rollback(conn)
             raise
 
+    def _synchronous(self, conn: sqlite3.Connection, flush: bool) -> None:
+        """Set how the next commit reaches the disk; a pragma outside any transaction,
+        no I/O, and only when it changes."""
+        level = "FULL" if flush else "NORMAL"
+        if getattr(self._local, "synchronous", None) != level:
+            conn.execute(f"PRAGMA synchronous = {level}")
+            self._local.synchronous = level
+
     def _connection(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
             conn = self._open()
             self._local.conn = conn
+            self._local.synchronous = "FULL"
         return conn
 
     def _open(self) -> sqlite3.Connection:

@@ -57,6 +57,11 @@ class DurableStore(Protocol):
     #: one per successful write call, counted after its commit; reads and schema
     #: migrations never count.
     commits: int
+    #: Of those, the ones flushed to disk before they returned. The others (a finished
+    #: step, a checkpoint, a heartbeat, in a store that defers them) survive a killed
+    #: process too; only a machine that loses power may take them back, until a later
+    #: flushed write or the system's own writeback makes them durable.
+    flushes: int
 
     async def store_id(self) -> str:
         """The store's own id, made when it was created; the same in every process."""

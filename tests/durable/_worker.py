@@ -13,6 +13,12 @@
     Forever: checkpoint ``(chat-w, n)``, claim and complete ``call-n`` with output
     ``{"n": n}``, then print ``written n``. The parent SIGKILLs it at any moment.
 
+``phases TENANT WORKFLOW EPOCH COUNT``
+    Make COUNT writes of each kind in turn (heartbeat, write_journal, complete_step,
+    claim_tool), each kind after a marker syscall ``access("/@@phase-<kind>")`` that a
+    tracer watching the process can split its trace by; then print the store's
+    ``commits`` and ``flushes``, and wait for a line on stdin before closing it.
+
 ``store-id``
     Print the store's id.
 """
@@ -23,9 +29,11 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from coder_chat.durable.postgres import PostgresStore
-from coder_chat.durable.records import Fence
+from coder_chat.durable.records import Fence, JournalEntry, StepRecord
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.store import DurableStore
 
@@ -56,6 +64,42 @@ async def write(store: DurableStore, fence: Fence) -> None:
         n += 1
 
 
+def _phases(store: DurableStore, fence: Fence, count: int) -> dict[str, Callable[[int], Any]]:
+    return {
+        "heartbeat": lambda n: store.heartbeat(fence),
+        "write_journal": lambda n: store.write_journal(
+            fence, "chat-p", JournalEntry(state="submitting", marker=f"m-{n}", attempt=0)
+        ),
+        "complete_step": lambda n: store.complete_step(
+            fence,
+            StepRecord(
+                tenant=fence.tenant,
+                workflow_id=fence.workflow_id,
+                step=n + 1,
+                chat_id="chat-p",
+                last_seen_message_id=n,
+                text=f"answer {n}",
+                verdict="ran",
+            ),
+        ),
+        "claim_tool": lambda n: store.claim_tool(fence, "chat-p", f"call-{n}", tool_name="t"),
+    }
+
+
+async def phases(store: DurableStore, fence: Fence, count: int) -> None:
+    # Opened, and its log file begun (a new log's header is synced once, whatever the
+    # write), before the first phase.
+    await store.save_inputs(fence, [])
+    for kind, write in _phases(store, fence, count).items():
+        os.access(f"/@@phase-{kind}", os.F_OK)
+        for n in range(count):
+            await write(n)
+    os.access("/@@phase-end", os.F_OK)
+    print(json.dumps({"commits": store.commits, "flushes": store.flushes}), flush=True)
+    sys.stdin.readline()  # the parent may kill it here, before it closes the store
+    await store.close()
+
+
 async def print_store_id(store: DurableStore) -> None:
     print(await store.store_id(), flush=True)
     await store.close()
@@ -73,6 +117,8 @@ async def main(argv: list[str]) -> None:
         await claim(store, fence, int(rest[0]), rest[1])
     elif command == "write":
         await write(store, fence)
+    elif command == "phases":
+        await phases(store, fence, int(rest[0]))
     else:
         raise SystemExit(f"unknown command {command!r}")
 
