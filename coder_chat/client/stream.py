@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -25,6 +26,8 @@ from typing import Any
 
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
+from websockets.proxy import get_proxy
+from websockets.uri import parse_uri
 
 from ..errors import CoderApiError, CoderError, CoderStreamError
 from ..protocol.dedupe import StreamLedger
@@ -47,6 +50,22 @@ class _RedactingLogger(logging.LoggerAdapter[logging.Logger]):
 
 
 _WS_LOGGER = _RedactingLogger(logging.getLogger("websockets.client"), {})
+
+
+@functools.lru_cache(maxsize=64)
+def _proxy_for(scheme: str, netloc: str) -> str | None:
+    """The proxy for streams to this server, from the environment, looked up once.
+
+    websockets looks it up on every connection, reading the whole environment each
+    time (a large share of a turn's CPU); the environment's proxy settings are read
+    once per process here, as httpx reads them once per client.
+    """
+    return get_proxy(parse_uri(f"{scheme}://{netloc}/"))
+
+
+def _stream_proxy(url: str) -> str | None:
+    scheme, _, rest = url.partition("://")
+    return _proxy_for(scheme, rest.split("/", 1)[0])
 
 
 class _Failed(Exception):
@@ -209,6 +228,7 @@ class ChatStream:
                 # permessage-deflate would only add a header it always declines.
                 compression=None,
                 open_timeout=self._open_timeout,
+                proxy=_stream_proxy(url),
                 user_agent_header="coder-chat-python",
                 logger=_WS_LOGGER,
             ) as ws:
