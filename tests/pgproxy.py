@@ -4,6 +4,10 @@ Every byte passes through unchanged. A round trip is counted each time the clien
 starts speaking after the server last spoke (or for the first time): the client
 waits for an answer before it speaks again, so the count is the number of times it
 waited on the network, whatever the sizes of the packets or how TCP splits them.
+
+:meth:`RoundTripProxy.cut` takes the server out of its clients' reach (their
+connections dropped, new ones refused) while others still reach it directly, until
+:meth:`RoundTripProxy.heal`.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ class RoundTripProxy:
         parts = urlsplit(upstream_dsn)
         self._upstream = (parts.hostname or "127.0.0.1", parts.port or 5432)
         self.round_trips = 0
+        self.is_cut = False
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
 
@@ -47,7 +52,20 @@ class RoundTripProxy:
         await asyncio.gather(*self._pipes, return_exceptions=True)
         await self._server.wait_closed()
 
+    async def cut(self) -> None:
+        """Drop every connection through the proxy and refuse new ones."""
+        self.is_cut = True
+        for pipe in list(self._pipes):
+            pipe.cancel()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+
+    def heal(self) -> None:
+        self.is_cut = False
+
     async def _serve(self, client_r: asyncio.StreamReader, client_w: asyncio.StreamWriter) -> None:
+        if self.is_cut:
+            client_w.close()
+            return
         server_r, server_w = await asyncio.open_connection(*self._upstream)
         client_turn = [False]  # per connection: did the client speak since the server last did?
 

@@ -13,16 +13,22 @@ from collections.abc import AsyncIterator, Iterator
 from uuid import uuid4
 
 import pytest
+from prefect import flow
+from prefect.client.schemas.objects import State
+from pydantic import SecretStr
 
 from coder_chat.durable.postgres import PostgresStore
 from coder_chat.durable.records import WorkflowState
 from coder_chat.simulator import Simulator
+from prefect_coder import DurableChat, Superseded
 from prefect_coder.blocks import PostgresLedger
 from prefect_coder.flows.durable_chat import durable_chat
 from prefect_coder.tasks.settings import WorkflowSettings
 from tests.pgcluster import PgCluster
+from tests.pgproxy import RoundTripProxy
 
 from .example_tools import CHARGES
+from .test_own_flows import superseded_by_its_successor
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.timeout(180)]
 
@@ -46,14 +52,13 @@ async def ledger(pg: PgCluster) -> AsyncIterator[str]:
     yield f"prefect-coder-postgres-ledger/{name}"
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def coder_env(sim: Simulator, monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in sim.env().items():
         monkeypatch.setenv(name, value)
     CHARGES.clear()
 
 
-@pytest.mark.usefixtures("coder_env")
 @pytest.mark.parametrize(
     ("route", "task"),
     [
@@ -110,3 +115,47 @@ async def test_a_store_outage_inside_a_task_does_not_fail_the_workflow(
     finally:
         await store.close()
     assert workflow is not None and workflow.state == WorkflowState.FINISHED, (task, workflow)
+
+
+async def test_a_run_failing_while_the_store_is_away_ends_superseded_if_taken_meanwhile(
+    sim: Simulator, pg: PgCluster
+) -> None:
+    """Run A fails for good (its own code raises) while it cannot reach the store, so it
+    cannot tell whether it still holds the workflow; run B, which can, takes the workflow
+    and finishes it. When the store answers A's ending, A finds B's epoch: it marks
+    nothing failed and ends Cancelled/Superseded naming B, not Failed (fleet lab 14/44:
+    the store out of reach through the failure's retries, a successor took over)."""
+    schema = f"late_{uuid4().hex[:8]}"
+    between, resume = asyncio.Event(), asyncio.Event()
+    settings = WorkflowSettings(archive_at_end=False, heartbeat_seconds=0.2)
+
+    @flow
+    async def two_turns(ledger: PostgresLedger, fail: bool) -> str:
+        async with DurableChat("wf-failed-late", ledger=ledger, settings=settings) as chat:
+            await chat.turn("first")
+            if fail:
+                between.set()
+                await resume.wait()
+                raise RuntimeError("the user's own code failed between turns")
+            return (await chat.turn("second")).text
+
+    async with RoundTripProxy(pg.dsn) as proxy:
+        through_proxy = PostgresLedger(dsn=SecretStr(proxy.dsn), db_schema=schema)
+        cut_off = asyncio.create_task(two_turns(through_proxy, fail=True))
+        await between.wait()
+        await proxy.cut()
+        resume.set()  # A fails now; its ending waits on the store (retries of 1, 5, 15 s)
+        direct = PostgresLedger(dsn=SecretStr(pg.dsn), db_schema=schema)
+        successor: State[str] = await two_turns(direct, fail=False, return_state=True)
+        assert successor.is_completed()
+        proxy.heal()
+        with pytest.raises(Superseded):
+            await asyncio.wait_for(cut_off, timeout=60)
+    await superseded_by_its_successor("wf-failed-late")
+    store = direct.get_store()
+    try:
+        workflow = await store.get_workflow(str(sim.organization_id), "wf-failed-late")
+    finally:
+        await store.close()
+    assert workflow is not None and workflow.epoch == 2
+    assert workflow.state == WorkflowState.FINISHED  # B's end stands; A marked nothing
