@@ -9,6 +9,7 @@ a pause from the ledger before that happens.
 import asyncio
 import contextlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from prefect import flow
@@ -70,6 +71,20 @@ async def orphan_sweep(
             it above the time your flow takes to reach its first turn.
     """
     await _name_the_pass(target_deployment)
+    sweep = SweepPass(
+        target_deployment,
+        orphan_age_seconds,
+        stuck_after_seconds,
+        stale_heartbeat_seconds,
+        dry_run,
+        self_heal,
+        max_relaunches,
+        tools,
+        credentials,
+        ledger,
+        lost_runs_within_seconds,
+        relaunch_start_seconds,
+    )
     lease = None
     if not dry_run:
         lease = await hold_the_sweep(target_deployment, lease_seconds, credentials, ledger)
@@ -77,21 +92,7 @@ async def orphan_sweep(
             return {"chats": 0, "acted": 0, "stranded": 0, "relaunched": 0}
     beat = asyncio.create_task(lease.keep()) if lease else None
     try:
-        return await _one_pass(
-            target_deployment,
-            orphan_age_seconds,
-            stuck_after_seconds,
-            stale_heartbeat_seconds,
-            dry_run,
-            self_heal,
-            max_relaunches,
-            tools,
-            credentials,
-            ledger,
-            lease,
-            lost_runs_within_seconds,
-            relaunch_start_seconds,
-        )
+        return await _one_pass(sweep, lease)
     finally:
         if beat is not None and lease is not None:
             beat.cancel()
@@ -100,45 +101,39 @@ async def orphan_sweep(
             await lease.end()
 
 
-async def _one_pass(
-    target_deployment: str,
-    orphan_age_seconds: float,
-    stuck_after_seconds: float,
-    stale_heartbeat_seconds: float,
-    dry_run: bool,
-    self_heal: bool,
-    max_relaunches: int,
-    tools: Sequence[str],
-    credentials: CoderCredentials | None,
-    ledger: SqliteLedger | PostgresLedger | None,
-    lease: SweepLease | None,
-    lost_within: float,
-    relaunch_start: float,
-) -> dict[str, int]:
+@dataclass(frozen=True)
+class SweepPass:
+    """What one pass was asked to do: the flow's parameters, as the flow documents them."""
+
+    target_deployment: str
+    orphan_age: float
+    stuck_after: float
+    stale_heartbeat: float
+    dry_run: bool
+    self_heal: bool
+    max_relaunches: int
+    tools: Sequence[str]
+    credentials: CoderCredentials | None
+    ledger: SqliteLedger | PostgresLedger | None
+    lost_within: float
+    relaunch_start: float
+
+
+async def _one_pass(sweep: SweepPass, lease: SweepLease | None) -> dict[str, int]:
     summary = await sweep_orphans(
-        target_deployment,
-        orphan_age_seconds,
-        stuck_after_seconds,
-        stale_heartbeat_seconds,
-        dry_run,
-        tools,
-        credentials,
-        ledger,
+        sweep.target_deployment,
+        sweep.orphan_age,
+        sweep.stuck_after,
+        sweep.stale_heartbeat,
+        sweep.dry_run,
+        sweep.tools,
+        sweep.credentials,
+        sweep.ledger,
         lease.fence if lease else None,
     )
     relaunched = 0
-    if self_heal and not dry_run:
-        for workflow in _one_per_flow_run(summary.stranded):
-            if await relaunch_workflow(workflow, max_relaunches, relaunch_start):
-                relaunched += 1
-        relaunched += await relaunch_lost_runs(
-            target_deployment,
-            lost_within,
-            stale_heartbeat_seconds,
-            relaunch_start,
-            credentials,
-            ledger,
-        )
+    if sweep.self_heal and not sweep.dry_run:
+        relaunched = await _relaunch(sweep, summary.stranded)
     elif summary.stranded:
         run_log().info(
             f"{len(summary.stranded)} stranded workflow(s) left as they are (self-healing is off)."
@@ -150,6 +145,22 @@ async def _one_pass(
         "stranded": len(summary.stranded),
         "relaunched": relaunched,
     }
+
+
+async def _relaunch(sweep: SweepPass, stranded: list[WorkflowRecord]) -> int:
+    """Relaunch the stranded workflows, then the runs lost before they began one."""
+    relaunched = 0
+    for workflow in _one_per_flow_run(stranded):
+        if await relaunch_workflow(workflow, sweep.max_relaunches, sweep.relaunch_start):
+            relaunched += 1
+    return relaunched + await relaunch_lost_runs(
+        sweep.target_deployment,
+        sweep.lost_within,
+        sweep.stale_heartbeat,
+        sweep.relaunch_start,
+        sweep.credentials,
+        sweep.ledger,
+    )
 
 
 async def _name_the_pass(target: str) -> None:
