@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import itertools
 from datetime import datetime
-from typing import Literal
 
 from coder_chat.durable.markers import step_marker
 from coder_chat.simulator import Simulator
@@ -27,9 +26,7 @@ from coder_chat.simulator.state import Message
 from .drive import WorkflowOutcome
 from .kills import InFlight
 from .truth import StatusLog, attempts, reply_to
-from .verdicts import Findings
-
-Pair = Literal["cut short", "late", "resent"]
+from .verdicts import Findings, Pair
 
 
 def check_resends(sim: Simulator, outcome: WorkflowOutcome, statuses: StatusLog) -> Findings:
@@ -39,16 +36,11 @@ def check_resends(sim: Simulator, outcome: WorkflowOutcome, statuses: StatusLog)
         tries = attempts(sim, wf, step)
         kinds = classify(sim, outcome, statuses, step, tries)
         for number, (kind, later) in enumerate(zip(kinds, tries[1:], strict=True), start=2):
-            if kind == "cut short":
-                findings.cut_short += 1
-            elif kind == "late":
-                findings.late += 1
-            else:
-                findings.add(
-                    "resent finished steps",
-                    f"{wf} step {step}: attempt {number} sent after attempt {number - 1} "
-                    f"had finished (message {later.id} after {tries[number - 2].id})",
-                )
+            findings.judge_resend(
+                kind,
+                f"{wf} step {step}: attempt {number} sent after attempt {number - 1} "
+                f"had finished (message {later.id} after {tries[number - 2].id})",
+            )
     return findings
 
 

@@ -18,10 +18,10 @@ from prefect_coder.tasks._runtime import import_model
 from .charges import receipt_for
 from .drive import WorkflowOutcome
 from .plan import Step
-from .resends import Pair, classify
+from .resends import classify
 from .schemas import Verdict
 from .truth import StatusLog, attempts, reply_to
-from .verdicts import Findings
+from .verdicts import Findings, Pair
 
 
 def check_results(

@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import itertools
 from datetime import datetime
-from typing import Literal
 
 from coder_chat.durable.markers import step_marker
 from coder_chat.simulator.engine import TIMED_OUT
+from tests.campaign.verdicts import Pair
 
 from .evidence import Evidence
 from .journal import InFlight
 from .truth import Message, Truth
 from .verdicts import Findings
-
-Pair = Literal["cut short", "late", "resent"]
 
 
 def check_resends(ev: Evidence) -> Findings:
@@ -35,17 +33,12 @@ def check_resends(ev: Evidence) -> Findings:
             tries = ev.truth.attempts(wf, step)
             kinds = classify(ev.truth, in_flight, step_marker(wf, step), tries)
             for number, (kind, later) in enumerate(zip(kinds, tries[1:], strict=True), start=2):
-                if kind == "cut short":
-                    findings.cut_short += 1
-                elif kind == "late":
-                    findings.late += 1
-                else:
-                    findings.add(
-                        "resent finished steps",
-                        f"{wf} step {step}: attempt {number} (message {later.id}, "
-                        f"{later.created_at:%H:%M:%S.%f}) sent after attempt {number - 1} "
-                        f"had finished",
-                    )
+                findings.judge_resend(
+                    kind,
+                    f"{wf} step {step}: attempt {number} (message {later.id}, "
+                    f"{later.created_at:%H:%M:%S.%f}) sent after attempt {number - 1} "
+                    "had finished",
+                )
     return findings
 
 
