@@ -27,7 +27,7 @@ Each durable variant runs its own workflow, whose chat the warm-up's first step
 created and checkpointed, so every measured step is a step on an already
 checkpointed chat. Requests per step come from the simulator's request log (its
 admin routes are not counted); commits per step from the shared store's
-``commits``; CPU per step is this process's CPU time (every thread: Prefect ships
+``commits``, and of those the ones flushed to disk before returning (``flushes``); CPU per step is this process's CPU time (every thread: Prefect ships
 logs and events from background threads) over a variant's rounds. Last, the
 pieces ``run_turn``'s body adds to ``run_step`` are timed one by one.
 """
@@ -79,10 +79,11 @@ class Variant:
     name: str
     call: Callable[[int], Awaitable[None]]
     #: The store whose commits count for this variant, if any.
-    commits: Callable[[], int] | None = None
+    store: DurableStore | None = None
     samples: list[float] = field(default_factory=list)
     requests: int = 0
     store_commits: int = 0
+    store_flushes: int = 0
     calls: int = 0
     #: CPU seconds of this process (every thread) spent in this variant's rounds.
     cpu: float = 0.0
@@ -100,7 +101,8 @@ async def timed_rounds(variants: list[Variant], sim: SimProcess, steps: int, chu
         order = variants[rotation % len(variants) :] + variants[: rotation % len(variants)]
         for variant in order:
             before = await asyncio.to_thread(requests_served, sim)
-            commits = variant.commits() if variant.commits else 0
+            store = variant.store
+            commits, flushes = (store.commits, store.flushes) if store else (0, 0)
             cpu = time.process_time()
             for i in range(done, done + n):
                 t0 = time.perf_counter()
@@ -108,8 +110,9 @@ async def timed_rounds(variants: list[Variant], sim: SimProcess, steps: int, chu
                 variant.samples.append(time.perf_counter() - t0)
             variant.cpu += time.process_time() - cpu
             variant.requests += await asyncio.to_thread(requests_served, sim) - before
-            if variant.commits:
-                variant.store_commits += variant.commits() - commits
+            if store:
+                variant.store_commits += store.commits - commits
+                variant.store_flushes += store.flushes - flushes
             variant.calls += n
         done += n
         rotation += 1
@@ -281,9 +284,6 @@ async def build_variants(setup: Setup) -> list[Variant]:
     async def turn_task_call(i: int) -> None:
         assert (await result_of(turn_task(i, return_state=True))).text
 
-    def commits(store: DurableStore) -> Callable[[], int]:
-        return lambda: store.commits
-
     async def wf(ledger: Ledger, name: str) -> Measured:
         return await setup.workflow(ledger, name)
 
@@ -293,34 +293,34 @@ async def build_variants(setup: Setup) -> list[Variant]:
         Variant(
             "run_turn's task, empty body",
             setup.turn(await wf(sqlite, "shell"), "shell"),
-            commits(sqlite_store),
+            sqlite_store,
         ),
         Variant("ChatSession turn", session_call),
         Variant("persisted task making the turn", turn_task_call),
         Variant(
             "run_step, SQLite",
             setup.step(bare_client, sqlite_store, await wf(sqlite, "step-sqlite")),
-            commits(sqlite_store),
+            sqlite_store,
         ),
         Variant(
             "run_step, Postgres",
             setup.step(bare_client, postgres_store, await wf(postgres, "step-pg")),
-            commits(postgres_store),
+            postgres_store,
         ),
         Variant(
             "run_turn body, SQLite",
             setup.turn(await wf(sqlite, "body"), "body"),
-            commits(sqlite_store),
+            sqlite_store,
         ),
         Variant(
             "durable step, SQLite",
             setup.turn(await wf(sqlite, "sqlite"), "task"),
-            commits(sqlite_store),
+            sqlite_store,
         ),
         Variant(
             "durable step, Postgres",
             setup.turn(await wf(postgres, "pg"), "task"),
-            commits(postgres_store),
+            postgres_store,
         ),
     ]
 
@@ -405,7 +405,7 @@ def report(variants: list[Variant]) -> None:
     bar = stats["persisted task"].p50_ms
     print(
         f"\n  {'per step':<30} {'p50 ms':>8} {'p99 ms':>8} {'mean ms':>8} {'cpu ms':>7} "
-        f"{'requests':>9} {'commits':>8} {'x bar p50':>10}"
+        f"{'requests':>9} {'commits':>8} {'flushed':>8} {'x bar p50':>10}"
     )
     for v in variants:
         s = stats[v.name]
@@ -413,6 +413,7 @@ def report(variants: list[Variant]) -> None:
             f"  {v.name:<30} {s.p50_ms:>8.2f} {s.p99_ms:>8.2f} {s.mean_ms:>8.2f} "
             f"{v.cpu / v.calls * 1000:>7.2f} "
             f"{v.requests / v.calls:>9.2f} {v.store_commits / v.calls:>8.2f} "
+            f"{v.store_flushes / v.calls:>8.2f} "
             f"{s.p50_ms / bar:>10.2f}"
         )
 
