@@ -1,13 +1,16 @@
 """``SqliteStore``: the embedded default store, one file, safe across processes.
 
-The file is opened in WAL mode; every write runs in its own ``BEGIN IMMEDIATE``
+The file is opened in WAL mode; every write runs inside a ``BEGIN IMMEDIATE``
 transaction and is committed before the call returns, so a process killed right
-after a write leaves it on disk. Writes are flushed (``synchronous=FULL``, an fsync
-of the log per commit) except those in :data:`~.base.UNFLUSHED`, committed with
-``synchronous=NORMAL``: the log is one file written in order, so the next flushed
-write makes them durable too, and a power loss can only take back the last few. All SQLite
-work happens on one dedicated thread per store, so the event loop never blocks
-and the store works from any event loop (Prefect runs tasks on several).
+after a write leaves it on disk. Writes queued at once (many workflows in one
+process) commit together, each in a savepoint of one transaction, so that they
+share one flush; a write that fails is undone alone. Writes are flushed
+(``synchronous=FULL``, an fsync of the log per commit) except those in
+:data:`~.base.UNFLUSHED`, committed with ``synchronous=NORMAL``: the log is one
+file written in order, so the next flushed write makes them durable too, and a
+power loss can only take back the last few. All SQLite work happens on one
+dedicated thread per store, so the event loop never blocks and the store works
+from any event loop (Prefect runs tasks on several).
 
 The domain rules live in :class:`~.base.BaseStore`; this module holds the SQL.
 An operation's transaction methods are ``async def`` but never suspend, so the
@@ -26,8 +29,9 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Coroutine, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -50,6 +54,8 @@ T = TypeVar("T")
 #: ``PRAGMA application_id`` of our files ("PCOD"), to tell them from foreign ones.
 APPLICATION_ID = 0x50434F44
 BUSY_TIMEOUT_MS = 30_000
+#: At most this many queued writes share one commit.
+GROUP_MAX = 64
 
 #: Numbered migrations, applied in one transaction; the highest is SCHEMA_VERSION and
 #: ``PRAGMA user_version`` says which ones a file has. ``:store_id`` is bound to a fresh
@@ -96,6 +102,9 @@ class SqliteStore(BaseStore):
             max_workers=1, thread_name_prefix="prefect-coder-sqlite"
         )
         self._local = threading.local()
+        #: Writes queued for the store's thread, committed in groups (:meth:`_write_pending`).
+        self._pending: list[_Write] = []
+        self._pending_lock = threading.Lock()
 
     defers_flushes = True
 
@@ -106,28 +115,70 @@ class SqliteStore(BaseStore):
     async def _transact(self, doing: str, op: Op[T], *, write: bool, flush: bool = True) -> T:
         if self._closed:
             raise CoderStoreError(f"{self!r} is closed")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._call, doing, op, write, flush)
+        if not write:
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(self._executor, self._read_now, doing, op)
+        job = _Write(doing, op, flush)
+        with self._pending_lock:
+            self._pending.append(job)
+        self._executor.submit(self._write_pending)
+        result: T = await asyncio.wrap_future(job.done)
+        return result
 
-    def _call(self, doing: str, op: Op[T], write: bool, flush: bool) -> T:
+    def _read_now(self, doing: str, op: Op[T]) -> T:
         conn = self._connection()
         try:
-            if not write:
-                return run_now(op(_SqliteTransaction(conn)))
-            self._synchronous(conn, flush)
-            conn.execute("BEGIN IMMEDIATE")
-            result = run_now(op(_SqliteTransaction(conn)))
-            conn.execute("COMMIT")
-            return result
+            return run_now(op(_SqliteTransaction(conn)))
         except sqlite3.DatabaseError as exc:
-            _rollback(conn)
-            retryable = isinstance(exc, sqlite3.OperationalError) and _is_busy(exc)
-            raise CoderStoreError(
-                f"SQLite store {self.path}: {doing} failed: {exc}", retryable=retryable
-            ) from exc
-        except BaseException:
-            _rollback(conn)
-            raise
+            raise self._failed(doing, exc) from exc
+
+    def _write_pending(self) -> None:
+        """Commit the writes waiting now, together: one transaction, one flush at most.
+
+        Each write was queued with a call of this; the first call takes every write
+        queued by then (up to :data:`GROUP_MAX`), and the calls of those it took find
+        nothing left. So under load many writes share one commit, and alone a write
+        commits by itself as before.
+        """
+        with self._pending_lock:
+            group, self._pending = self._pending[:GROUP_MAX], self._pending[GROUP_MAX:]
+        live = [job for job in group if job.done.set_running_or_notify_cancel()]
+        if live:
+            self._commit_group(live)
+
+    def _commit_group(self, jobs: list[_Write]) -> None:
+        """Run each write inside a savepoint of one ``BEGIN IMMEDIATE``: a write that
+        fails (fenced out, say) is undone alone; the group commits what the others did.
+        If the transaction itself fails, every write in it fails and nothing is kept."""
+        outcomes: list[tuple[bool, Any]] = []
+        try:
+            conn = self._connection()
+            self._synchronous(conn, any(job.flush for job in jobs))
+            conn.execute("BEGIN IMMEDIATE")
+            outcomes = [_one_write(conn, job, self._failed) for job in jobs]
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if getattr(self._local, "conn", None) is not None:
+                _rollback(self._local.conn)
+            for job in jobs:
+                job.done.set_exception(self._failed(job.doing, exc))
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for job, (ok, value) in zip(jobs, outcomes, strict=True):
+            if ok:
+                job.done.set_result(value)
+            else:
+                job.done.set_exception(value)
+
+    def _failed(self, doing: str, exc: BaseException) -> BaseException:
+        """A SQLite error as the store reports it (busy: retryable); others as they are."""
+        if not isinstance(exc, sqlite3.DatabaseError):
+            return exc
+        retryable = isinstance(exc, sqlite3.OperationalError) and _is_busy(exc)
+        return CoderStoreError(
+            f"SQLite store {self.path}: {doing} failed: {exc}", retryable=retryable
+        )
 
     def _synchronous(self, conn: sqlite3.Connection, flush: bool) -> None:
         """Set how the next commit reaches the disk; a pragma outside any transaction,
@@ -182,6 +233,33 @@ class SqliteStore(BaseStore):
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(self._executor, shut)
         self._executor.shutdown(wait=True)
+
+
+@dataclass
+class _Write:
+    """A write waiting for the store's thread, and where its outcome goes."""
+
+    doing: str
+    op: Op[Any]
+    flush: bool
+    done: Future[Any] = field(default_factory=Future)
+
+
+def _one_write(
+    conn: sqlite3.Connection, job: _Write, failed: Callable[[str, BaseException], BaseException]
+) -> tuple[bool, Any]:
+    """``(True, result)``, or ``(False, exception)`` with the write undone."""
+    conn.execute("SAVEPOINT one_write")
+    try:
+        result = run_now(job.op(_SqliteTransaction(conn)))
+    except Exception as exc:  # noqa: BLE001 - not swallowed: it becomes this write's outcome
+        # An error that ended the whole transaction leaves no savepoint: this raises,
+        # and the group fails as one.
+        conn.execute("ROLLBACK TO one_write")
+        conn.execute("RELEASE one_write")
+        return False, failed(job.doing, exc)
+    conn.execute("RELEASE one_write")
+    return True, result
 
 
 def run_now(coro: Coroutine[Any, Any, T]) -> T:

@@ -15,9 +15,10 @@
 
 ``phases TENANT WORKFLOW EPOCH COUNT``
     Make COUNT writes of each kind in turn (heartbeat, write_journal, complete_step,
-    claim_tool), each kind after a marker syscall ``access("/@@phase-<kind>")`` that a
-    tracer watching the process can split its trace by; then print the store's
-    ``commits`` and ``flushes``, and wait for a line on stdin before closing it.
+    claim_tool), one after the other, then COUNT journal writes at once (``together``),
+    each kind after a marker syscall ``access("/@@phase-<kind>")`` that a tracer
+    watching the process can split its trace by; then print the store's ``commits``
+    and ``flushes``, and wait for a line on stdin before closing it.
 
 ``store-id``
     Print the store's id.
@@ -90,10 +91,13 @@ async def phases(store: DurableStore, fence: Fence, count: int) -> None:
     # Opened, and its log file begun (a new log's header is synced once, whatever the
     # write), before the first phase.
     await store.save_inputs(fence, [])
-    for kind, write in _phases(store, fence, count).items():
+    writes = _phases(store, fence, count)
+    for kind, write in writes.items():
         os.access(f"/@@phase-{kind}", os.F_OK)
         for n in range(count):
             await write(n)
+    os.access("/@@phase-together", os.F_OK)
+    await asyncio.gather(*(writes["write_journal"](count + n) for n in range(count)))
     os.access("/@@phase-end", os.F_OK)
     print(json.dumps({"commits": store.commits, "flushes": store.flushes}), flush=True)
     sys.stdin.readline()  # the parent may kill it here, before it closes the store

@@ -3,8 +3,9 @@
 A write that keeps an effect from being repeated (the journal entry before a send, a
 tool's claim before its effect) is flushed before it returns; a finished step, a
 checkpoint and a heartbeat are committed without waiting for the disk (a killed process
-keeps them all the same; see ``UNFLUSHED``). The worker marks each kind of write with
-a syscall of its own, and the trace is split at those marks.
+keeps them all the same; see ``UNFLUSHED``); writes made at once share a commit and its
+flush. The worker marks each kind of write with a syscall of its own, and the trace is
+split at those marks.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from coder_chat.durable.records import Fence, StepRecord, WorkflowRecord
+from coder_chat.durable.records import Fence, JournalEntry, StepRecord, WorkflowRecord
 from coder_chat.durable.sqlite import SqliteStore
+from coder_chat.durable.store import FencedOut
 
 from .conftest import ROOT
 
@@ -97,11 +99,14 @@ def test_only_writes_that_guard_an_effect_wait_for_the_disk(tmp_path: Path, stra
     assert counts.get("claim_tool", 0) >= COUNT, counts
     assert counts.get("heartbeat") == 0, counts
     assert counts.get("complete_step") == 0, counts
-    # The store's own count says the same: 4 kinds of COUNT writes, 2 of them flushed,
+    # COUNT journal entries written at once: they wait for each other's flush, not
+    # each for its own (the first may commit alone, before the others are queued).
+    assert 1 <= counts.get("together", 0) <= COUNT // 2, counts
+    # The store's own count says the same: 5 phases of COUNT writes, 3 of them flushed,
     # and the worker's opening write.
     assert json.loads(done.stdout.splitlines()[-1]) == {
-        "commits": 4 * COUNT + 1,
-        "flushes": 2 * COUNT + 1,
+        "commits": 5 * COUNT + 1,
+        "flushes": 3 * COUNT + 1,
     }
 
 
@@ -121,8 +126,36 @@ def test_unflushed_writes_are_read_back_after_the_process_is_killed(tmp_path: Pa
     line = worker.stdout.readline()  # every write made; the worker has not closed yet
     worker.kill()
     worker.wait(timeout=30)
-    assert json.loads(line)["commits"] == 4 * 3 + 1
+    assert json.loads(line)["commits"] == 5 * 3 + 1
     steps, workflow = read_back(path, "wf-kill")
     assert [s.step for s in steps] == [1, 2, 3]
     assert workflow is not None and workflow.heartbeat_at is not None
     assert workflow.chat_id == "chat-p" and workflow.last_seen_message_id == 2
+
+
+async def test_writes_committed_together_fail_alone(tmp_path: Path) -> None:
+    """Writes made at once share a transaction; one fenced out is undone alone, and the
+    others are committed as if each had been alone."""
+    store = SqliteStore(tmp_path / "ledger.sqlite3")
+    try:
+        stale = await store.begin_run("org-1", "wf-group")
+        fence = await store.begin_run("org-1", "wf-group")  # takes epoch 2 from ``stale``
+
+        async def journal(which: Fence, n: int) -> None:
+            entry = JournalEntry(state="submitting", marker=f"m-{which.epoch}-{n}", attempt=0)
+            await store.write_journal(which, f"chat-{which.epoch}-{n}", entry)
+
+        writes = [journal(fence if n % 2 else stale, n) for n in range(20)]
+        outcomes = await asyncio.gather(*writes, return_exceptions=True)
+        for n, outcome in enumerate(outcomes):
+            if n % 2:
+                assert outcome is None, (n, outcome)
+            else:
+                assert isinstance(outcome, FencedOut) and outcome.current == 2, (n, outcome)
+        chats = {c.chat_id: c for c in await store.list_chats("org-1")}
+    finally:
+        await store.close()
+    assert sorted(chats) == sorted(f"chat-2-{n}" for n in range(1, 20, 2))
+    assert all(
+        c.journal is not None and c.journal.marker == f"m-{c.chat_id[5:]}" for c in chats.values()
+    )
