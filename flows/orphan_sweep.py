@@ -72,18 +72,18 @@ async def orphan_sweep(
     """
     await _name_the_pass(target_deployment)
     sweep = SweepPass(
-        target_deployment,
-        orphan_age_seconds,
-        stuck_after_seconds,
-        stale_heartbeat_seconds,
-        dry_run,
-        self_heal,
-        max_relaunches,
-        tools,
-        credentials,
-        ledger,
-        lost_runs_within_seconds,
-        relaunch_start_seconds,
+        target_deployment=target_deployment,
+        orphan_age=orphan_age_seconds,
+        stuck_after=stuck_after_seconds,
+        stale_heartbeat=stale_heartbeat_seconds,
+        dry_run=dry_run,
+        self_heal=self_heal,
+        max_relaunches=max_relaunches,
+        tools=tools,
+        credentials=credentials,
+        ledger=ledger,
+        lost_within=lost_runs_within_seconds,
+        relaunch_start=relaunch_start_seconds,
     )
     lease = None
     if not dry_run:
@@ -101,7 +101,7 @@ async def orphan_sweep(
             await lease.end()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SweepPass:
     """What one pass was asked to do: the flow's parameters, as the flow documents them."""
 

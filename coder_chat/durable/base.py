@@ -17,7 +17,7 @@ are also flushed to disk first, so that a machine that loses power does not lose
 either: above all the journal entry before a send and a tool's claim before its effect,
 which keep an effect from being repeated. A few are not (:data:`UNFLUSHED`): a
 backend may return before those reach the disk, because losing them with the machine
-costs a recovery, never a repeat (see :data:`UNFLUSHED`).
+costs a recovery, never a repeat.
 
 Each durable write is one call of a fenced write method (:class:`Transaction`): it
 checks the fence and writes, or writes nothing. SQLite does that inside one
