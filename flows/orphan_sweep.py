@@ -60,7 +60,9 @@ async def orphan_sweep(
         credentials: Saved Coder credentials (none: the worker's environment).
         ledger: The durable-chat deployment's store (none: the embedded SQLite store).
         lease_seconds: One pass at a time: a pass finding another pass's heartbeat younger
-            than this does nothing; an older one (its host died) is taken over.
+            than this does nothing; an older one (its host died) is taken over. Keep it
+            below the schedule's interval, or a pass lost with its host holds off the
+            next pass due as well.
         lost_runs_within_seconds: Relaunch runs of the deployment lost before they began
             their workflow (crashed, or Pending past the stale-heartbeat limit) that were
             due to start within this many seconds.

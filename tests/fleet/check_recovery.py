@@ -6,6 +6,8 @@ took its next epoch. The successor must have been launched by the first sweep
 due once the heartbeat went stale: within **stale-heartbeat limit + one sweep
 interval** of the fault (plus a heartbeat and a few seconds of slack, plus any
 time Prefect's server was down), and then the sweep's own time to start and act.
+A sweep pass lost with the host holds no more: its lease is shorter than an
+interval (``Timings.sweep_lease``), so the next pass due takes over.
 The workflow must have finished within that **plus the successor's own work**
 (its flow run, from creation to end). An outage that outlasted all of that with
 no successor launched at all is a violation too; one healed sooner may need no

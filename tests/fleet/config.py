@@ -48,6 +48,18 @@ class Timings:
     #: A relaunch not begun by then is taken for lost (it may have landed on a host cut
     #: off from the store) and made again: a run starts in well under this here.
     relaunch_start: float = 30.0
+    #: A sweep pass lost with its host holds the next passes off this long (the pass's
+    #: lease goes stale). Shorter than the sweep interval, so the next pass due takes
+    #: over: with the flow's default (30 s, for a schedule every 5 minutes) a lost pass
+    #: cost a whole extra interval here (schedule 15/87).
+    sweep_lease: float = 10.0
+
+    def __post_init__(self) -> None:
+        if self.sweep_lease >= self.sweep_interval - self.heartbeat:
+            raise ValueError(
+                f"sweep_lease ({self.sweep_lease}s) must be shorter than the sweep interval "
+                f"({self.sweep_interval}s) less a heartbeat, or a lost pass delays the next one"
+            )
 
     def workflow_settings(self) -> dict[str, float]:
         return {
@@ -64,6 +76,7 @@ class Timings:
             "stale_heartbeat_seconds": self.stale_heartbeat,
             "max_relaunches": self.max_relaunches,
             "relaunch_start_seconds": self.relaunch_start,
+            "lease_seconds": self.sweep_lease,
             "tools": [CHARGE_CARD],
             "credentials": ref(CREDENTIALS_SLUG),
             "ledger": ref(LEDGER_SLUG),
