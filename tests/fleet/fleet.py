@@ -111,7 +111,17 @@ class Fleet:
 
     async def restart_server(self) -> float:
         """Kill Prefect's server, restart its database at once, start it again; seconds
-        the API was gone."""
+        the API was gone. Cancelled mid-way (the schedule ended meanwhile), it finishes
+        first: a server killed and never started again leaves the fleet without its API
+        (schedule 17/5, a lab error)."""
+        restart = asyncio.ensure_future(self._restart_server())
+        try:
+            return await asyncio.shield(restart)
+        except asyncio.CancelledError:
+            await restart
+            raise
+
+    async def _restart_server(self) -> float:
         loop = asyncio.get_running_loop()
         started = loop.time()
         async with self.restarting:
