@@ -52,46 +52,78 @@ def marked(message: ChatMessage, marker: str) -> bool:
     return message.role == "user" and marker in message.text()
 
 
+def earlier_step(message: ChatMessage, marker: str) -> bool:
+    """Is ``message`` the prompt of an earlier step of ``marker``'s workflow?
+
+    Past that step's own prompt, it is a send that landed late (the process that
+    sent it died with it in flight, and the step was sent again and went on): it
+    says nothing of the steps after it, which ran before it landed.
+    """
+    mine, theirs = _MARKER.fullmatch(marker), _MARKER.match(message.text().lstrip())
+    return (
+        message.role == "user"
+        and mine is not None
+        and theirs is not None
+        and theirs.group(1) == mine.group(1)
+        and int(theirs.group(2)) < int(mine.group(2))
+    )
+
+
 @dataclass
 class StepHistory:
-    """The tail of a chat's history back to (and including) the last user message."""
+    """The tail of a chat's history back to (and including) a step's last prompt, or
+    the whole history when the step's prompt is not in it."""
 
+    marker: str
     messages: list[ChatMessage] = field(default_factory=list)  # oldest first
 
     @property
-    def last_user(self) -> ChatMessage | None:
-        return next((m for m in reversed(self.messages) if m.role == "user"), None)
+    def prompt(self) -> ChatMessage | None:
+        """The step's last prompt in history (an earlier step's late prompt may follow it)."""
+        return next((m for m in reversed(self.messages) if marked(m, self.marker)), None)
 
-    def after(self, message: ChatMessage) -> list[ChatMessage]:
-        return [m for m in self.messages if m.id > message.id]
+    def attempt(self, prompt: ChatMessage) -> list[ChatMessage]:
+        """What Coder wrote for ``prompt``: the messages after it, up to the next prompt."""
+        after = [m for m in self.messages if m.id > prompt.id]
+        following = next((i for i, m in enumerate(after) if m.role == "user"), len(after))
+        return after[:following]
+
+    def followed(self, prompt: ChatMessage) -> bool:
+        """Did another prompt land after ``prompt``? Coder ran ``prompt``'s turn to its
+        end before starting that one's, so the attempt read is whole."""
+        return any(m.role == "user" and m.id > prompt.id for m in self.messages)
 
 
-async def read_tail(client: ChatClient, chat_id: str) -> StepHistory:
-    """Page newest-first until the last user message is in hand.
+async def read_tail(client: ChatClient, chat_id: str, marker: str) -> StepHistory:
+    """Page newest-first until the step's last prompt is in hand, or history ends.
 
-    "Never submitted" must never be concluded from a truncated read, so this
-    keeps paging however long the turn was.
+    "Never submitted" must never be concluded from a truncated read, so this keeps
+    paging however long the turn was; and past an earlier step's prompt, which may
+    be one that landed late after this step's (a recovery's read, so rare).
     """
     fetched: list[ChatMessage] = []
     before: int | None = None
     while True:
         page = await client.get_messages(chat_id, before_id=before, limit=PAGE)
         fetched.extend(page.messages)
-        if any(m.role == "user" for m in page.messages) or not page.has_more or not page.messages:
+        if any(marked(m, marker) for m in page.messages) or not page.has_more:
+            break
+        if not page.messages:
             break
         before = min(m.id for m in page.messages)
-    return StepHistory(sorted(fetched, key=lambda m: m.id))
+    return StepHistory(marker, sorted(fetched, key=lambda m: m.id))
 
 
 async def count_attempts(client: ChatClient, chat_id: str, marker: str) -> int:
     """User messages carrying ``marker``: the step's submitted attempts.
 
-    Steps run in order, so a step's attempts sit together at the tail of
-    history: page newest-first and stop at the first user message without it.
+    Steps run in order, so a step's attempts sit together at the tail of history,
+    but for an earlier step's prompt that landed late among them: page newest-first,
+    pass those, and stop at the first other user message without ``marker``.
     """
     count = 0
     async for message in client.iter_messages(chat_id, page_size=PAGE):
-        if message.role != "user":
+        if message.role != "user" or earlier_step(message, marker):
             continue
         if marker not in message.text():
             return count

@@ -43,7 +43,14 @@ from ..protocol.transcript import (
     to_transcript,
 )
 from .context import PINS_CUT_SHORT, StepContext
-from .markers import LABEL_WORKFLOW, chat_labels, count_attempts, owner_labels, read_tail
+from .markers import (
+    LABEL_WORKFLOW,
+    StepHistory,
+    chat_labels,
+    count_attempts,
+    owner_labels,
+    read_tail,
+)
 from .records import (
     JournalEntry,
     PromptChanged,
@@ -55,7 +62,7 @@ from .records import (
     prompt_digest,
     utcnow,
 )
-from .settle import settle_wait
+from .settle import Settled, settle_wait
 
 #: How a step ended this time: its turn ran, was recovered or resubmitted; or it had
 #: finished before and came from the store (``stored``) or Prefect's cache (``cached``).
@@ -224,26 +231,19 @@ async def recover(
     is refused, untouched.
     """
     await _check_sent_prompt(ctx, spec, chat_id)
-    settled = await settle_wait(ctx, chat_id, reason)
-    rounds = 1
-    while settled.status == "requires_action" and rounds < MAX_SETTLE_ROUNDS:
-        settled = await settle_wait(ctx, chat_id, reason)
-        rounds += 1
+    settled, tail = await _settled_history(ctx, chat_id, reason)
     cut_short = settled.cut_short or (reason in PINS_CUT_SHORT and settled.stopped_at is None)
-    tail = await read_tail(ctx.client, chat_id)
-    last_user = tail.last_user
-    submitted = last_user is not None and ctx.marker in last_user.text()
-    if not submitted:
+    last_user = tail.prompt
+    if last_user is None:
         ctx.report(f"{ctx.name}: its prompt never reached the chat.")
         return None
-    assert last_user is not None
     if settled.stopped_at is not None and not cut_short:
-        cut_short = not _ended_before(tail.after(last_user), settled.stopped_at, ctx)
+        cut_short = not _ended_before(tail.attempt(last_user), settled.stopped_at, ctx)
     if cut_short or settled.status not in ("waiting", "completed"):
         why = "it was cut short" if cut_short else f"the chat ended in {settled.status}"
         ctx.report(f"{ctx.name}: the earlier attempt did not finish ({why}).")
         return None
-    after = to_transcript(tail.after(last_user)).messages
+    after = to_transcript(tail.attempt(last_user)).messages
     if _outcome_never_seen(ctx, after):
         ctx.report(
             f"{ctx.name}: the earlier attempt finished without seeing what its tools did "
@@ -261,6 +261,59 @@ async def recover(
         "and nothing is sent again."
     )
     return _Recovered(final_text(after, ctx.tools.names), output, cursor)
+
+
+async def _settle(ctx: StepContext, chat_id: str, reason: RecoveryReason) -> Settled:
+    """Wait for the chat to settle, answering its pauses on the way."""
+    settled = await settle_wait(ctx, chat_id, reason)
+    rounds = 1
+    while settled.status == "requires_action" and rounds < MAX_SETTLE_ROUNDS:
+        settled = await settle_wait(ctx, chat_id, reason)
+        rounds += 1
+    return settled
+
+
+async def _settled_history(
+    ctx: StepContext, chat_id: str, reason: RecoveryReason
+) -> tuple[Settled, StepHistory]:
+    """The settled chat and its history, read again while they disagree (a late send
+    landed in between); after a few rounds, what was read last."""
+    for _ in range(MAX_SETTLE_ROUNDS - 1):
+        settled = await _settle(ctx, chat_id, reason)
+        tail = await read_tail(ctx.client, chat_id, ctx.marker)
+        if await _read_whole(ctx, chat_id, settled, tail):
+            return settled, tail
+        ctx.report(
+            f"{ctx.name}: a prompt reached the chat while it was being read; reading it "
+            "again once it settles."
+        )
+    settled = await _settle(ctx, chat_id, reason)
+    return settled, await read_tail(ctx.client, chat_id, ctx.marker)
+
+
+async def _read_whole(ctx: StepContext, chat_id: str, settled: Settled, tail: StepHistory) -> bool:
+    """Is the attempt read from history the one the settled chat had finished?
+
+    A send that landed late may reach the chat between reading its state and reading
+    its history: then the step's prompt is the last one with no answer after it yet
+    (or half of one), and taking it as finished would keep an empty or partial
+    answer. A prompt followed by another was answered whole; one that is last must
+    end in the model's message, with the chat still settled after the read. An
+    attempt cut short (or that an interrupt may have cut) is never taken as finished,
+    so its history needs no such care.
+    """
+    prompt = tail.prompt
+    # Cut, or cut unless history shows it ended before the interrupt: an empty or
+    # partial attempt, or one written after the interrupt, reads as cut.
+    cut = settled.cut_short or settled.stopped_at is not None
+    if cut or settled.status not in ("waiting", "completed"):
+        return True
+    if prompt is None or tail.followed(prompt):
+        return True
+    attempt = tail.attempt(prompt)
+    if not attempt or attempt[-1].role != "assistant":
+        return False
+    return (await ctx.client.get_chat(chat_id)).status in ("waiting", "completed")
 
 
 def _ended_before(attempt: list[ChatMessage], stopped_at: datetime, ctx: StepContext) -> bool:
@@ -283,8 +336,8 @@ async def _check_sent_prompt(ctx: StepContext, spec: StepSpec, chat_id: str) -> 
     """Refuse, before acting, an attempt of this step that was sent with another prompt."""
     if not spec.prompt:
         return  # a reconcile that only wants to know whether the step finished
-    last_user = (await read_tail(ctx.client, chat_id)).last_user
-    if last_user is None or ctx.marker not in last_user.text():
+    last_user = (await read_tail(ctx.client, chat_id, ctx.marker)).prompt
+    if last_user is None:
         return
     if spec.prompt not in last_user.text():
         sent = last_user.text().replace(ctx.marker, "", 1).strip()
