@@ -19,7 +19,13 @@ if TYPE_CHECKING:
     from coder_chat.durable.records import PromptChanged
     from coder_chat.durable.step import StepResult
     from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
-    from prefect_coder.chat import DurableChat, Structured, Superseded, WorkflowFinished
+    from prefect_coder.chat import (
+        DurableChat,
+        StoreLost,
+        Structured,
+        Superseded,
+        WorkflowFinished,
+    )
     from prefect_coder.tasks.settings import WorkflowSettings
 
 _WHERE = {
@@ -30,6 +36,7 @@ _WHERE = {
     "PostgresLedger": "prefect_coder.blocks",
     "SqliteLedger": "prefect_coder.blocks",
     "DurableChat": "prefect_coder.chat",
+    "StoreLost": "prefect_coder.chat",
     "Structured": "prefect_coder.chat",
     "Superseded": "prefect_coder.chat",
     "WorkflowFinished": "prefect_coder.chat",
@@ -43,6 +50,7 @@ __all__ = [
     "PromptChanged",
     "SqliteLedger",
     "StepResult",
+    "StoreLost",
     "Structured",
     "Superseded",
     "WorkflowFinished",

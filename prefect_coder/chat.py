@@ -41,7 +41,7 @@ from prefect.logging.loggers import LoggingAdapter
 from prefect.runtime import flow_run as current_flow_run
 from pydantic import BaseModel
 
-from coder_chat import CoderConfigError, CoderError
+from coder_chat import CoderConfigError, CoderError, CoderStoreError, is_retryable
 from coder_chat.durable.context import StepTools
 from coder_chat.durable.records import PromptChanged, StepRecord, WorkflowState
 from coder_chat.durable.step import StepResult, check_same_prompt
@@ -56,6 +56,7 @@ from prefect_coder.tasks.lifecycle import (
 from prefect_coder.tasks.runs import (
     Progress,
     deployment_name,
+    end_lost,
     end_superseded,
     marked_superseded,
     name_the_run,
@@ -95,6 +96,12 @@ class Superseded(Abort):
     Raised out of the flow once its run is marked *Cancelled: Superseded*, naming
     the run that replaced it; Prefect ends the run there without marking it failed.
     """
+
+
+class StoreLost(Abort):
+    """This flow run could not reach the durable store through every retry: it ends
+    *Crashed*, not failed, and the workflow is left running for the orphan sweep to
+    relaunch once the store is back."""
 
 
 class WorkflowFinished(CoderConfigError):
@@ -185,7 +192,7 @@ class DurableChat:
             tools = resolve_tools(self.tools, allow_plain=self.settings.allow_plain_tools)
         except CoderError as exc:
             tools, failure = StepTools(), exc
-        began = self._began = await begin_workflow(
+        began = self._began = await self._begin(
             Workflow(
                 self.workflow_id,
                 deployment=await deployment_name(),
@@ -216,6 +223,23 @@ class DurableChat:
             await self._end(exc, log)
             raise
         return self
+
+    async def _begin(self, workflow: Workflow) -> Began:
+        try:
+            return await begin_workflow(workflow)
+        except CoderStoreError as exc:
+            await self._lost(exc, _log())
+            raise
+
+    async def _lost(self, exc: Exception, log: LoggingAdapter) -> None:
+        """The store was out of reach through every retry: end the run lost (Crashed,
+        for the sweep to relaunch), not failed. Returns when it cannot be said so (the
+        store's error is not a passing one, or Prefect's API is out of reach too)."""
+        run_id = current_flow_run.id
+        if not self.owns_run or not run_id or not is_retryable(exc):
+            return
+        if await end_lost(run_id, str(exc), log):
+            raise StoreLost(str(exc)) from exc
 
     async def _started(self, log: LoggingAdapter) -> None:
         """This run holds the workflow now: beat, and say so where a person looks."""
@@ -368,6 +392,8 @@ class DurableChat:
         elif isinstance(exc, Exception) and not _will_retry():
             if await self._was_superseded():
                 await self._superseded(exc, log)  # its failure came after it lost the workflow
+            if isinstance(exc, CoderStoreError):
+                await self._lost(exc, log)
             log.error(f"Workflow {self.workflow_id} failed: {exc}")
             try:
                 ended = await end_failed_workflow(self.run, log)

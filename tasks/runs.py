@@ -25,7 +25,7 @@ from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.context import FlowRunContext
 from prefect.logging.loggers import LoggingAdapter
-from prefect.states import Cancelled
+from prefect.states import Cancelled, Crashed
 
 from coder_chat.durable.step import StepResult
 
@@ -152,6 +152,25 @@ async def end_superseded(this_run: str, successor: str | None, log: LoggingAdapt
         log.warning(f"Could not mark this run superseded ({exc}).")
         return
     log.warning(f"This run was superseded by run {name}; it stops here and does nothing more.")
+
+
+async def end_lost(this_run: str, why: str, log: LoggingAdapter) -> bool:
+    """The store stayed out of reach through every retry: nothing of the workflow failed,
+    its run is lost. End it Crashed, saying so, for the orphan sweep to relaunch (a run
+    that ended Failed is never relaunched: it would only fail again). ``False`` when
+    Prefect's API is out of reach too, and the run fails as it would have."""
+    message = (
+        f"Lost the durable store ({why}); the workflow was left running for the orphan "
+        "sweep to relaunch."
+    )
+    try:
+        async with get_client() as client:
+            await client.set_flow_run_state(UUID(this_run), Crashed(message=message), force=True)
+    except Exception as exc:  # noqa: BLE001 - then it fails, as it would have
+        log.warning(f"Could not mark this run lost ({exc}).")
+        return False
+    log.error(f"This run stops here: {message}")
+    return True
 
 
 async def marked_superseded(flow_run_id: str) -> bool:

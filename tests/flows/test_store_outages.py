@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import pytest
 from prefect import flow
+from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import State
+from prefect.runtime import flow_run
 from pydantic import SecretStr
 
 from coder_chat.durable.postgres import PostgresStore
 from coder_chat.durable.records import WorkflowState
 from coder_chat.simulator import Simulator
-from prefect_coder import DurableChat, Superseded
+from prefect_coder import DurableChat, StoreLost, Superseded
 from prefect_coder.blocks import PostgresLedger
 from prefect_coder.flows.durable_chat import durable_chat
 from prefect_coder.tasks.settings import WorkflowSettings
@@ -159,3 +161,52 @@ async def test_a_run_failing_while_the_store_is_away_ends_superseded_if_taken_me
         await store.close()
     assert workflow is not None and workflow.epoch == 2
     assert workflow.state == WorkflowState.FINISHED  # B's end stands; A marked nothing
+
+
+@pytest.mark.parametrize("when", ["before it begins", "between turns"])
+async def test_a_run_that_loses_its_store_for_good_ends_crashed_for_the_sweep(
+    sim: Simulator, pg: PgCluster, when: str
+) -> None:
+    """The store stays out of reach through every retry (fleet lab 17/21 and 17/44: a
+    host cut off from it for a minute). Nothing of the workflow failed: the run ends
+    Crashed, saying why, and marks nothing failed, so that the sweep relaunches the
+    workflow (a Failed run it never relaunches)."""
+    schema = f"lost_{uuid4().hex[:8]}"
+    workflow_id = f"wf-lost-{when.split()[0]}"
+    runs: list[str] = []
+    between = asyncio.Event()
+    settings = WorkflowSettings(archive_at_end=False, heartbeat_seconds=0.2)
+
+    @flow
+    async def two_turns(ledger: PostgresLedger) -> str:
+        runs.append(str(flow_run.id))
+        async with DurableChat(workflow_id, ledger=ledger, settings=settings) as chat:
+            await chat.turn("first")
+            between.set()
+            return (await chat.turn("second")).text
+
+    async with RoundTripProxy(pg.dsn) as proxy:
+        ledger = PostgresLedger(dsn=SecretStr(proxy.dsn), db_schema=schema)
+        if when == "before it begins":
+            await proxy.cut()
+            cut_off = asyncio.create_task(two_turns(ledger))
+        else:
+            cut_off = asyncio.create_task(two_turns(ledger))
+            await between.wait()
+            await proxy.cut()
+        with pytest.raises(StoreLost):
+            await asyncio.wait_for(cut_off, timeout=90)
+        proxy.heal()
+    async with get_client() as client:
+        state = (await client.read_flow_run(UUID(runs[0]))).state
+    assert state is not None and state.is_crashed(), state
+    assert "Lost the durable store" in (state.message or "")
+    store = PostgresLedger(dsn=SecretStr(pg.dsn), db_schema=schema).get_store()
+    try:
+        workflow = await store.get_workflow(str(sim.organization_id), workflow_id)
+    finally:
+        await store.close()
+    if when == "before it begins":
+        assert workflow is None
+    else:
+        assert workflow is not None and workflow.state == WorkflowState.RUNNING
