@@ -143,8 +143,18 @@ class Fleet:
             "PREFECT_WORKER_PREFETCH_SECONDS": "2",
             "PAYMENTS_URL": self.payments_url,
         }
-        argv = host.exec(PREFECT, "--no-prompt", "worker", "start", "--pool", POOL)
-        argv += ["--name", host.name, "--work-queue", "default", "--work-queue", host.name]
+        # The pool's type given, so that a worker started while Prefect's server restarts
+        # need not ask the API for it (it refuses to start otherwise: 17/67).
+        argv = host.exec(PREFECT, "--no-prompt", "worker", "start", "--pool", POOL, "--type")
+        argv += [
+            "process",
+            "--name",
+            host.name,
+            "--work-queue",
+            "default",
+            "--work-queue",
+            host.name,
+        ]
         proc = await self.procs.start(f"worker-{host.name}", *argv, env=env, cwd=home)
         self.workers[host.name] = proc
         return proc
