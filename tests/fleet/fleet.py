@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import re
 import shlex
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 from prefect_coder.payments import Ledger
 from tests.integration.procs import Proc, Processes, clean_env, http_ok, until, wait_for_line
@@ -26,6 +28,8 @@ from .config import (
 from .net import Host, Network
 from .pg import HostPg
 from .witness import Witness
+
+T = TypeVar("T")
 
 STARTUP = 180.0
 
@@ -114,12 +118,7 @@ class Fleet:
         the API was gone. Cancelled mid-way (the schedule ended meanwhile), it finishes
         first: a server killed and never started again leaves the fleet without its API
         (schedule 17/5, a lab error)."""
-        restart = asyncio.ensure_future(self._restart_server())
-        try:
-            return await asyncio.shield(restart)
-        except asyncio.CancelledError:
-            await restart
-            raise
+        return await to_the_end(self._restart_server())
 
     async def _restart_server(self) -> float:
         loop = asyncio.get_running_loop()
@@ -163,7 +162,12 @@ class Fleet:
         await wait_for_line(self.workers[host.name], r"Worker .* started", STARTUP)
 
     async def kill_host(self, host: Host) -> list[int]:
-        """SIGKILL every process of the host at once (its worker and every flow run)."""
+        """SIGKILL every process of the host at once (its worker and every flow run).
+        Cancelled mid-way, it finishes first: the killing thread goes on regardless, and
+        would kill the worker the fault's undo starts (17/85, a lab error)."""
+        return await to_the_end(self._kill_host(host))
+
+    async def _kill_host(self, host: Host) -> list[int]:
         killed = await asyncio.to_thread(slots.kill_namespace, host.ns)
         worker = self.workers.get(host.name)
         if worker is not None:
@@ -174,6 +178,17 @@ class Fleet:
     @property
     def store_dsn(self) -> str:
         return self.store_pg.dsn
+
+
+async def to_the_end(action: Coroutine[Any, Any, T]) -> T:
+    """Run ``action`` to its end even if the caller is cancelled meanwhile (then raise
+    the cancellation): a fault half done leaves the fleet broken for what follows."""
+    task = asyncio.ensure_future(action)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await task
+        raise
 
 
 async def start_coder(fleet: Fleet) -> Coder:
