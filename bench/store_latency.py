@@ -17,7 +17,8 @@ prints p50/p99 of
 and writes per second, sequential and from 8 concurrent writers (8 workflows, one store
 instance, as one process runs it). The floor is measured on the same database in the
 same run: SQLite, a bare ``sqlite3`` ``BEGIN IMMEDIATE; INSERT; COMMIT`` with the store's
-pragmas (WAL, ``synchronous=FULL``) on the store's own file; Postgres, a bare asyncpg
+pragmas (WAL, ``synchronous=FULL``: every commit flushed, as the store's flushed writes are;
+its writes in ``UNFLUSHED`` commit with ``NORMAL``) on the store's own file; Postgres, a bare asyncpg
 ``INSERT`` in its own (implicit) transaction. Concurrent floors use 8 connections.
 
 The machine is shared, so its drift is shared out: the calls (the floor among them) are
@@ -43,6 +44,7 @@ from pathlib import Path
 import asyncpg
 
 from bench._common import drop_schema, load
+from coder_chat.durable.base import UNFLUSHED
 from coder_chat.durable.postgres import PostgresStore, redact_dsn
 from coder_chat.durable.records import Fence, JournalEntry, StepRecord, WorkflowState
 from coder_chat.durable.sqlite import BUSY_TIMEOUT_MS, SqliteStore
@@ -250,7 +252,8 @@ async def bench_sqlite(n: int) -> None:
         finally:
             conn.close()
             await store.close()
-    report(f"sqlite (WAL, synchronous=FULL; a file under {tempfile.gettempdir()})", ours)
+    where = f"a file under {tempfile.gettempdir()}"
+    report(f"sqlite (WAL; {', '.join(sorted(UNFLUSHED))} not flushed; {where})", ours)
 
 
 async def bench_postgres(dsn: str, n: int) -> None:
