@@ -234,9 +234,10 @@ class DurableChat:
     async def _lost(self, exc: Exception, log: LoggingAdapter) -> None:
         """The store was out of reach through every retry: end the run lost (Crashed,
         for the sweep to relaunch), not failed. Returns when it cannot be said so (the
-        store's error is not a passing one, or Prefect's API is out of reach too)."""
+        store's error is not a passing one, the flow's own retries take it again, or
+        Prefect's API is out of reach too)."""
         run_id = current_flow_run.id
-        if not self.owns_run or not run_id or not is_retryable(exc):
+        if not self.owns_run or not run_id or not is_retryable(exc) or _will_retry():
             return
         if await end_lost(run_id, str(exc), log):
             raise StoreLost(str(exc)) from exc
