@@ -232,12 +232,13 @@ class DurableChat:
             raise
 
     async def _lost(self, exc: Exception, log: LoggingAdapter) -> None:
-        """The store was out of reach through every retry: end the run lost (Crashed,
-        for the sweep to relaunch), not failed. Returns when it cannot be said so (the
-        store's error is not a passing one, the flow's own retries take it again, or
-        Prefect's API is out of reach too)."""
+        """If the store was out of reach through every retry, end the run lost (Crashed,
+        for the sweep to relaunch), not failed. Returns when it cannot be said so (not
+        the store's passing error, the flow's own retries take it again, or Prefect's
+        API is out of reach too)."""
         run_id = current_flow_run.id
-        if not self.owns_run or not run_id or not is_retryable(exc) or _will_retry():
+        passing = isinstance(exc, CoderStoreError) and is_retryable(exc)
+        if not passing or not self.owns_run or not run_id or _will_retry():
             return
         if await end_lost(run_id, str(exc), log):
             raise StoreLost(str(exc)) from exc
@@ -393,8 +394,7 @@ class DurableChat:
         elif isinstance(exc, Exception) and not _will_retry():
             if await self._was_superseded():
                 await self._superseded(exc, log)  # its failure came after it lost the workflow
-            if isinstance(exc, CoderStoreError):
-                await self._lost(exc, log)
+            await self._lost(exc, log)
             log.error(f"Workflow {self.workflow_id} failed: {exc}")
             try:
                 ended = await end_failed_workflow(self.run, log)

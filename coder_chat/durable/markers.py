@@ -106,9 +106,7 @@ async def read_tail(client: ChatClient, chat_id: str, marker: str) -> StepHistor
     while True:
         page = await client.get_messages(chat_id, before_id=before, limit=PAGE)
         fetched.extend(page.messages)
-        if any(marked(m, marker) for m in page.messages) or not page.has_more:
-            break
-        if not page.messages:
+        if not page.has_more or not page.messages or any(marked(m, marker) for m in page.messages):
             break
         before = min(m.id for m in page.messages)
     return StepHistory(marker, sorted(fetched, key=lambda m: m.id))
