@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from coder_chat.errors import CoderError
 
-from .fleet import Fleet
+from .fleet import Fleet, to_the_end
 from .journal import InFlight, in_flight
 from .net import Host
 from .observe import Observer
@@ -73,13 +73,18 @@ class Injector:
             if end is not None:
                 await self._reach(end, time.monotonic(), END_FALLBACK)
         finally:
-            # Also when cancelled mid-fault (the schedule ended, or Ctrl-C): heal first.
-            if host is not None:
-                await asyncio.shield(self._undo(fault, host, record))
-                self.busy.discard(host.name)
-                self.disabled.discard(host.name)
-            record.ended = time.time()
+            # Also when cancelled mid-fault (the schedule ended, or Ctrl-C): heal first, to
+            # the end even when the cancellation comes while healing (a worker restarting
+            # takes seconds; ci seed 16 was cancelled there and kept no end).
+            await to_the_end(self._heal(fault, host, record))
         return record
+
+    async def _heal(self, fault: Fault, host: Host | None, record: FaultRecord) -> None:
+        if host is not None:
+            await self._undo(fault, host, record)
+            self.busy.discard(host.name)
+            self.disabled.discard(host.name)
+        record.ended = time.time()
 
     def _end(self, fault: Fault) -> Moment | None:
         """The fault's end, with an "epoch 0" made the epoch after the one held now."""
