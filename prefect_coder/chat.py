@@ -387,6 +387,12 @@ class DurableChat:
                 # Its turns all came from the store (a successor had finished them while
                 # this run was cut off); ending the workflow is the successor's to do.
                 await self._superseded(fenced, log)
+            except CoderStoreError as lost:
+                # Every turn finished, but the store is gone before the workflow is marked
+                # finished: a relaunch finds the turns stored and ends it (Failed would
+                # leave it for the sweep to mark failed).
+                await self._lost(lost, log)
+                raise
         elif isinstance(exc, FencedOut):
             await self._superseded(exc, log)
         elif isinstance(exc, PromptChanged | WorkflowFinished):

@@ -163,18 +163,19 @@ async def test_a_run_failing_while_the_store_is_away_ends_superseded_if_taken_me
     assert workflow.state == WorkflowState.FINISHED  # B's end stands; A marked nothing
 
 
-@pytest.mark.parametrize("when", ["before it begins", "between turns"])
+@pytest.mark.parametrize("when", ["before it begins", "between turns", "at its end"])
 async def test_a_run_that_loses_its_store_for_good_ends_crashed_for_the_sweep(
     sim: Simulator, pg: PgCluster, when: str
 ) -> None:
     """The store stays out of reach through every retry (fleet lab 17/21 and 17/44: a
-    host cut off from it for a minute). Nothing of the workflow failed: the run ends
+    host cut off from it for a minute), also when every turn finished and only the
+    workflow's end is left to write. Nothing of the workflow failed: the run ends
     Crashed, saying why, and marks nothing failed, so that the sweep relaunches the
     workflow (a Failed run it never relaunches)."""
     schema = f"lost_{uuid4().hex[:8]}"
     workflow_id = f"wf-lost-{when.split()[0]}"
     runs: list[str] = []
-    between = asyncio.Event()
+    between, resume = asyncio.Event(), asyncio.Event()
     settings = WorkflowSettings(archive_at_end=False, heartbeat_seconds=0.2)
 
     @flow
@@ -182,8 +183,13 @@ async def test_a_run_that_loses_its_store_for_good_ends_crashed_for_the_sweep(
         runs.append(str(flow_run.id))
         async with DurableChat(workflow_id, ledger=ledger, settings=settings) as chat:
             await chat.turn("first")
-            between.set()
-            return (await chat.turn("second")).text
+            if when == "between turns":
+                between.set()
+            text = (await chat.turn("second")).text
+            if when == "at its end":  # both turns stored; the workflow not yet finished
+                between.set()
+                await resume.wait()
+        return text
 
     async with RoundTripProxy(pg.dsn) as proxy:
         ledger = PostgresLedger(dsn=SecretStr(proxy.dsn), db_schema=schema)
@@ -194,6 +200,7 @@ async def test_a_run_that_loses_its_store_for_good_ends_crashed_for_the_sweep(
             cut_off = asyncio.create_task(two_turns(ledger))
             await between.wait()
             await proxy.cut()
+            resume.set()
         with pytest.raises(StoreLost):
             await asyncio.wait_for(cut_off, timeout=90)
         proxy.heal()
@@ -204,8 +211,10 @@ async def test_a_run_that_loses_its_store_for_good_ends_crashed_for_the_sweep(
     store = PostgresLedger(dsn=SecretStr(pg.dsn), db_schema=schema).get_store()
     try:
         workflow = await store.get_workflow(str(sim.organization_id), workflow_id)
+        last = await store.get_step(str(sim.organization_id), workflow_id, 2)
     finally:
         await store.close()
+    assert (last is not None) == (when == "at its end")  # a relaunch finds it stored
     if when == "before it begins":
         assert workflow is None
     else:
