@@ -7,7 +7,8 @@ workflows in one process. Each is still its own workflow (a
 fencing epoch, heartbeat and archive. A workflow that fails is ended (its chat
 archived, marked FAILED) while the others go on; the run fails at the end if any
 did. A run that crashes is relaunched whole by the sweep, and its finished
-workflows come back from the store.
+workflows come back from the store; so is a run that lost the store for good
+(it ends Crashed, marking nothing failed).
 """
 
 import asyncio
@@ -16,6 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from prefect import flow
+from prefect.logging.loggers import LoggingAdapter
 from prefect.concurrency.asyncio import concurrency
 from prefect.runtime import flow_run as current_flow_run
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,9 +25,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from coder_chat.durable.step import StepResult
 from coder_chat.durable.store import FencedOut
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
-from prefect_coder.chat import DEFAULT_SETTINGS, DurableChat, Superseded, tally
+from prefect_coder.chat import DEFAULT_SETTINGS, DurableChat, StoreLost, Superseded, tally
 from prefect_coder.tasks._runtime import import_model, run_log
-from prefect_coder.tasks.runs import Progress, end_superseded, name_the_run, slug, supersede
+from prefect_coder.tasks.runs import (
+    Progress,
+    end_lost,
+    end_superseded,
+    name_the_run,
+    slug,
+    supersede,
+)
 from prefect_coder.tasks.settings import WorkflowSettings
 
 
@@ -86,6 +95,8 @@ class Fleet:
     #: Runs this one replaced, each marked superseded once (the whole fleet ran there).
     replaced: set[str] = field(default_factory=set)
     failed: dict[str, str] = field(default_factory=dict)
+    #: Workflows that lost the store through every retry: left running, marked nothing.
+    lost: dict[str, str] = field(default_factory=dict)
     superseded: list[FencedOut] = field(default_factory=list)
     results: dict[str, list[StepResult]] = field(default_factory=dict)
 
@@ -129,6 +140,7 @@ async def durable_chats(
     if fleet.superseded and fleet.this_run:
         await end_superseded(fleet.this_run, None, log)
         raise Superseded(str(fleet.superseded[0]))
+    await _end_if_lost(fleet, log)
     log.info(
         f"{len(fleet.results)} of {len(workflows)} workflow(s) finished, "
         f"{len(fleet.failed)} failed."
@@ -172,6 +184,10 @@ async def _run_one(spec: WorkflowSpec, schemas: list[type[BaseModel] | None], fl
     except FencedOut as exc:
         fleet.superseded.append(exc)
         return
+    except StoreLost as exc:
+        fleet.lost[spec.workflow_id] = str(exc)
+        await fleet.progress.advance(f"{spec.workflow_id}: left running (lost the store)")
+        return
     except Exception as exc:  # noqa: BLE001 - one workflow's failure must not stop the others
         why = str(exc) or type(exc).__name__
         fleet.failed[spec.workflow_id] = why
@@ -179,6 +195,18 @@ async def _run_one(spec: WorkflowSpec, schemas: list[type[BaseModel] | None], fl
         return
     fleet.results[spec.workflow_id] = chat.results
     await fleet.progress.advance(f"{spec.workflow_id}: {tally(chat.results)}")
+
+
+async def _end_if_lost(fleet: Fleet, log: LoggingAdapter) -> None:
+    """Some workflows lost the store for good: the run ends Crashed, for the sweep to
+    relaunch it whole (its finished workflows come back from the store). When Prefect's
+    API cannot be told so either, they count as failed."""
+    if not fleet.lost:
+        return
+    why = next(iter(fleet.lost.values()))
+    if fleet.this_run and await end_lost(fleet.this_run, why, log, workflows=len(fleet.lost)):
+        raise StoreLost(why)
+    fleet.failed.update(fleet.lost)
 
 
 async def _supersede_once(chat: DurableChat, fleet: Fleet) -> None:

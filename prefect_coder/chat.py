@@ -235,11 +235,14 @@ class DurableChat:
         """If the store was out of reach through every retry, end the run lost (Crashed,
         for the sweep to relaunch), not failed. Returns when it cannot be said so (not
         the store's passing error, the flow's own retries take it again, or Prefect's
-        API is out of reach too)."""
+        API is out of reach too). In a run of many workflows, :class:`StoreLost` tells
+        that run, which ends itself once the others are done."""
         run_id = current_flow_run.id
         passing = isinstance(exc, CoderStoreError) and is_retryable(exc)
-        if not passing or not self.owns_run or not run_id or _will_retry():
+        if not passing or not run_id or _will_retry():
             return
+        if not self.owns_run:
+            raise StoreLost(str(exc)) from exc
         if await end_lost(run_id, str(exc), log):
             raise StoreLost(str(exc)) from exc
 

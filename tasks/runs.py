@@ -154,14 +154,16 @@ async def end_superseded(this_run: str, successor: str | None, log: LoggingAdapt
     log.warning(f"This run was superseded by run {name}; it stops here and does nothing more.")
 
 
-async def end_lost(this_run: str, why: str, log: LoggingAdapter) -> bool:
+async def end_lost(this_run: str, why: str, log: LoggingAdapter, workflows: int = 1) -> bool:
     """The store stayed out of reach through every retry: nothing of the workflow failed,
     its run is lost. End it Crashed, saying so, for the orphan sweep to relaunch (a run
     that ended Failed is never relaunched: it would only fail again). ``False`` when
-    Prefect's API is out of reach too, and the run fails as it would have."""
+    Prefect's API is out of reach too, and the run fails as it would have. A run of many
+    workflows says how many it left."""
+    left = "the workflow was" if workflows == 1 else f"{workflows} workflows were"
     message = (
-        f"Lost the durable store ({why}); the workflow was left running for the orphan "
-        "sweep to relaunch."
+        f"Lost the durable store ({why}); {left} left running for the orphan sweep to "
+        "relaunch."
     )
     try:
         async with get_client() as client:

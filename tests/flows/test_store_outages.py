@@ -15,6 +15,7 @@ from uuid import UUID, uuid4
 import pytest
 from prefect import flow
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowFilter, FlowFilterName
 from prefect.client.schemas.objects import State
 from prefect.runtime import flow_run
 from pydantic import SecretStr
@@ -25,6 +26,7 @@ from coder_chat.simulator import Simulator
 from prefect_coder import DurableChat, StoreLost, Superseded
 from prefect_coder.blocks import PostgresLedger
 from prefect_coder.flows.durable_chat import durable_chat
+from prefect_coder.flows.durable_chats import WorkflowSpec, durable_chats
 from prefect_coder.tasks.settings import WorkflowSettings
 from tests.pgcluster import PgCluster
 from tests.pgproxy import RoundTripProxy
@@ -219,3 +221,32 @@ async def test_a_run_that_loses_its_store_for_good_ends_crashed_for_the_sweep(
         assert workflow is None
     else:
         assert workflow is not None and workflow.state == WorkflowState.RUNNING
+
+
+async def test_a_run_of_many_that_loses_its_store_ends_crashed_marking_nothing_failed(
+    sim: Simulator, pg: PgCluster
+) -> None:
+    """``durable_chats`` with its store out of reach through every retry: each workflow is
+    left as it was (none marked failed, the sweep would never run it again), and the run
+    ends Crashed, saying how many it left, for the sweep to relaunch it whole."""
+    schema = f"lost_many_{uuid4().hex[:8]}"
+    specs = [WorkflowSpec(workflow_id=f"wf-lost-many-{i}", prompts=["one"]) for i in range(2)]
+    async with RoundTripProxy(pg.dsn) as proxy:
+        await proxy.cut()
+        ledger = PostgresLedger(dsn=SecretStr(proxy.dsn), db_schema=schema)
+        with pytest.raises(StoreLost):
+            await asyncio.wait_for(durable_chats(workflows=specs, ledger=ledger), timeout=120)
+        proxy.heal()
+    async with get_client() as client:
+        runs = await client.read_flow_runs(
+            flow_filter=FlowFilter(name=FlowFilterName(any_=["durable-chats"]))
+        )
+    [run] = [r for r in runs if "wf-lost-many-0" in r.name]
+    assert run.state is not None and run.state.is_crashed(), run.state
+    assert "2 workflows were left running" in (run.state.message or "")
+    store = PostgresLedger(dsn=SecretStr(pg.dsn), db_schema=schema).get_store()
+    try:
+        for spec in specs:
+            assert await store.get_workflow(str(sim.organization_id), spec.workflow_id) is None
+    finally:
+        await store.close()
