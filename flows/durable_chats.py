@@ -17,8 +17,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from prefect import flow
-from prefect.logging.loggers import LoggingAdapter
 from prefect.concurrency.asyncio import concurrency
+from prefect.logging.loggers import LoggingAdapter
 from prefect.runtime import flow_run as current_flow_run
 from pydantic import BaseModel, ConfigDict, Field
 

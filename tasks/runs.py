@@ -162,8 +162,7 @@ async def end_lost(this_run: str, why: str, log: LoggingAdapter, workflows: int 
     workflows says how many it left."""
     left = "the workflow was" if workflows == 1 else f"{workflows} workflows were"
     message = (
-        f"Lost the durable store ({why}); {left} left running for the orphan sweep to "
-        "relaunch."
+        f"Lost the durable store ({why}); {left} left running for the orphan sweep to relaunch."
     )
     try:
         async with get_client() as client:
