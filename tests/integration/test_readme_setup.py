@@ -300,7 +300,11 @@ async def check_the_run(
         log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run.id])), limit=200
     )
     messages = [log.message for log in logs]
-    verdicts = [m for m in messages if re.match(r"Step \d+ of \d+: ", m)]
+    # Prefect's last line of each step's task run, its Completed state saying the verdict.
+    said = [
+        re.match(r"Finished in state Completed\('(Step \d+ of \d+: .*)'\)$", m) for m in messages
+    ]
+    verdicts = [m.group(1) for m in said if m]
     assert [v.split(":", 1)[0] for v in verdicts] == ["Step 1 of 3", "Step 2 of 3", "Step 3 of 3"]
     assert all(v.split(": ", 1)[1].startswith("ran") for v in verdicts), verdicts
 
