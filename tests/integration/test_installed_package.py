@@ -232,4 +232,4 @@ async def check_the_runs() -> None:
         m.startswith("audited by the shop's own task: ") and "the corner shop" in m
         for m in messages
     ), messages
-    assert any(m.startswith("Step 2: ran") for m in messages), messages
+    assert any(m.startswith("Finished in state Completed('Step 2: ran") for m in messages), messages
