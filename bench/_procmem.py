@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -151,3 +152,37 @@ def thread_sampling(interval: float = 0.2) -> Iterator[ThreadCpu]:
     cpu = ThreadCpu(start=thread_cpu())
     with sampling(lambda _peak: cpu.sample(), interval):
         yield cpu
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user and system, every thread) of one process; 0 if it is gone."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        text = Path(f"/proc/{pid}/stat").read_text()
+        fields = text[text.rindex(")") + 2 :].split()
+        return (int(fields[11]) + int(fields[12])) / TICKS
+    return 0.0
+
+
+def helpers_cpu() -> float:
+    """CPU seconds of every process this one started (and theirs): Prefect's test server
+    and the simulator, in the benchmarks."""
+    return sum(process_cpu(pid) for pid in descendants(os.getpid()))
+
+
+def settle(quiet: float = 0.05, window: float = 1.0, limit: float = 180.0) -> float:
+    """Wait until the processes this one started use less than ``quiet`` of a core over
+    ``window`` seconds, at most ``limit`` seconds; return how long that took.
+
+    Why: Prefect's server records a run's task runs and logs after the client has sent
+    them; a row that starts while it still works on the last row's shares the machine
+    with it and pays for what it did not do.
+    """
+    started = time.perf_counter()
+    before = helpers_cpu()
+    while time.perf_counter() - started < limit:
+        time.sleep(window)
+        now = helpers_cpu()
+        if now - before < quiet * window:
+            break
+        before = now
+    return time.perf_counter() - started

@@ -26,6 +26,13 @@ events, log records). Prefect's log and event workers are drained at the end of 
 inside its CPU and API counts but after its wall time. Then the ratios c/b, c/a and c'/b
 of wall time and of CPU per step, per N.
 
+Prefect's server goes on working after a row's client is done: it records the task runs,
+states and logs the row sent. Each row therefore starts once the processes this one
+started (that server and the simulator) are quiet, and ends when they are quiet again;
+their CPU over the row, tail included, is printed per step beside this process's
+("helpers"), and the tail's length beside the wall time. Without that wait, a row ran
+beside the server's work on the row before it, and paid for it.
+
 **Steadiness**: the same fleet (``--repeat-size`` workflows) ``--repeat`` times in this
 one process, (b) and (c) interleaved; each wall time, and the slowest/fastest ratio of
 each.
@@ -73,7 +80,7 @@ from bench._common import (
     requests_served,
 )
 from bench._prefect_calls import ApiCalls
-from bench._procmem import MIB, Peak, own_rss, rss, sampling, tree_of
+from bench._procmem import MIB, Peak, helpers_cpu, own_rss, rss, sampling, settle, tree_of
 from bench._simproc import SimProcess, simulator_process
 from coder_chat import ChatClient, ChatSession
 
@@ -100,6 +107,11 @@ class Row:
     cpu: float | None = None
     #: This process's resident set when the row began.
     rss_start: int = 0
+    #: CPU seconds of the processes this one started (Prefect's server, the simulator)
+    #: from the row's start until they were quiet after it.
+    helpers_cpu: float | None = None
+    #: Seconds those processes went on working after the row's client was done.
+    tail: float = 0.0
     calls: ApiCalls | None = None
     runs: int = 1
 
@@ -114,6 +126,10 @@ class Row:
     @property
     def cpu_ms_per_step(self) -> float | None:
         return None if self.cpu is None else self.cpu / self.steps * 1000
+
+    @property
+    def helpers_ms_per_step(self) -> float | None:
+        return None if self.helpers_cpu is None else self.helpers_cpu / self.steps * 1000
 
 
 #: A row's work: run the fleet in a fresh event loop, return what did not complete.
@@ -133,6 +149,8 @@ def measure(
     _prefect_calls.install()
     _prefect_calls.drain()  # what earlier rows left is theirs
     gc.collect()
+    settle()  # and what the server still does for them
+    helpers = helpers_cpu()
     requests = requests_served(sim)
     calls = _prefect_calls.COUNTS.snapshot()
     rss_start = rss()
@@ -149,6 +167,8 @@ def measure(
         wall = time.perf_counter() - started
         _prefect_calls.drain()
     cpu = time.process_time() - cpu
+    tail = settle()
+    helpers = helpers_cpu() - helpers
     calls = _prefect_calls.COUNTS.snapshot() - calls
     requests = requests_served(sim) - requests
     return Row(
@@ -162,6 +182,8 @@ def measure(
         problems,
         cpu=cpu,
         rss_start=rss_start,
+        helpers_cpu=helpers,
+        tail=tail,
         calls=calls,
     )
 
@@ -516,7 +538,8 @@ async def finished_in_store(
 
 def header() -> None:
     print(
-        f"  {'how':<24} {'N':>4} {'wall s':>7} {'steps/s':>8} {'CPU ms/step':>11} "
+        f"  {'how':<24} {'N':>4} {'wall s':>7} {'tail s':>6} {'steps/s':>8} {'CPU ms/step':>11} "
+        f"{'helpers':>8} "
         f"{'peak RSS MiB':>14} {'Coder req/step':>14} {'API HTTP/step':>13} "
         f"{'events/step':>11} {'logs/step':>9} {'complete':>9}"
     )
@@ -528,13 +551,15 @@ def per_step(row: Row, count: int | None) -> str:
 
 def row_line(row: Row, routes: bool = False) -> None:
     cpu = row.cpu_ms_per_step
+    helpers = row.helpers_ms_per_step
     memory = f"{row.peak.rss / MIB:.0f}"
     if row.rss_start:
         memory += f" ({row.rss_start / MIB:.0f})"
     calls = row.calls
     print(
-        f"  {row.how:<24} {row.workflows:>4} {row.wall:>7.2f} {row.steps_per_second:>8.1f} "
-        f"{'-' if cpu is None else f'{cpu:.2f}':>11} {memory:>14} "
+        f"  {row.how:<24} {row.workflows:>4} {row.wall:>7.2f} {row.tail:>6.1f} "
+        f"{row.steps_per_second:>8.1f} {'-' if cpu is None else f'{cpu:.2f}':>11} "
+        f"{'-' if helpers is None else f'{helpers:.2f}':>8} {memory:>14} "
         f"{row.requests / row.steps:>14.2f} "
         f"{per_step(row, calls.http if calls else None):>13} "
         f"{per_step(row, calls.events if calls else None):>11} "
@@ -565,6 +590,7 @@ def ratios(size: int, rows: dict[str, Row]) -> None:
         print(
             f"    {top + '/' + bottom:<5} wall {ratio(t.wall, b.wall):>6}   "
             f"CPU/step {ratio(t.cpu_ms_per_step, b.cpu_ms_per_step):>6}   "
+            f"helpers/step {ratio(t.helpers_ms_per_step, b.helpers_ms_per_step):>6}   "
             f"Coder req/step {ratio(t.requests, b.requests):>6}   "
             f"API HTTP/step {ratio(t.calls.http if t.calls else None, b.calls.http if b.calls else None):>6}"
         )
@@ -581,6 +607,11 @@ def steadiness(rows: dict[str, list[Row]]) -> None:
         print(
             f"      CPU ms/step: {', '.join(f'{c:.2f}' for c in cpus)}; "
             f"most/least {max(cpus) / min(cpus):.2f}"
+        )
+        helpers = [r.helpers_ms_per_step or 0.0 for r in found]
+        print(
+            f"      helpers' CPU ms/step: {', '.join(f'{h:.2f}' for h in helpers)}; "
+            f"tails s: {', '.join(f'{r.tail:.1f}' for r in found)}"
         )
 
 
