@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 import json
 import typing
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -68,9 +69,9 @@ class ClientTool:
     interceptor: Interceptor | None = None
 
     def declaration(self) -> DynamicTool:
-        schema = self.arguments.model_json_schema()
-        schema.pop("title", None)
-        return DynamicTool(name=self.name, description=self.description, input_schema=schema)
+        return DynamicTool(
+            name=self.name, description=self.description, input_schema=_input_schema(self.arguments)
+        )
 
     def validate(self, raw_args: Any) -> BaseModel:
         try:
@@ -92,6 +93,24 @@ class ClientTool:
         if self.takes_idempotency_key:
             kwargs[IDEMPOTENCY_KEY] = idempotency_key
         return await self.function(**kwargs)
+
+
+#: Each arguments model's schema as JSON, made once: every chat a fleet creates declares
+#: its tools again, and pydantic builds a schema afresh each time it is asked (about a
+#: millisecond; parsing the text back is a hundredth of that). Weak keys: a plain tool
+#: wrapped per step makes a model that should not outlive it.
+_SCHEMAS: weakref.WeakKeyDictionary[type[BaseModel], str] = weakref.WeakKeyDictionary()
+
+
+def _input_schema(arguments: type[BaseModel]) -> dict[str, Any]:
+    """``arguments``' JSON schema without its title, a fresh copy for each caller."""
+    text = _SCHEMAS.get(arguments)
+    if text is None:
+        schema = arguments.model_json_schema()
+        schema.pop("title", None)
+        text = _SCHEMAS[arguments] = json.dumps(schema)
+    parsed: dict[str, Any] = json.loads(text)
+    return parsed
 
 
 def client_tool(function: ToolFunction | ClientTool) -> ClientTool:

@@ -657,6 +657,17 @@ def test_tool_declaration_from_typed_parameters() -> None:
     assert set(loose["properties"]) == {"x", "y"}
 
 
+def test_a_declaration_changed_by_its_caller_leaves_the_next_one_whole() -> None:
+    """Schemas are made once per tool and shared: what one chat's declaration does to
+    its own copy must not reach the next chat's."""
+    tool = client_tool(book)
+    first = tool.declaration()
+    first.input_schema.pop("required")
+    first.input_schema["properties"].pop("city")
+    again = tool.declaration().input_schema
+    assert again["required"] == ["city"] and set(again["properties"]) == {"city", "nights"}
+
+
 CALL = ToolCallContext("org", "chat", "k")
 
 
