@@ -1,5 +1,4 @@
-"""A TCP proxy in front of PostgreSQL (or any TCP server) that counts round trips and
-connections, for tests and benchmarks.
+"""A TCP proxy in front of PostgreSQL that counts round trips, for tests and benchmarks.
 
 Every byte passes through unchanged. A round trip is counted each time the client
 starts speaking after the server last spoke (or for the first time): the client
@@ -26,17 +25,9 @@ class RoundTripProxy:
         parts = urlsplit(upstream_dsn)
         self._upstream = (parts.hostname or "127.0.0.1", parts.port or 5432)
         self.round_trips = 0
-        #: Connections the proxy accepted and passed on.
-        self.connections = 0
         self.is_cut = False
         self._server: asyncio.Server | None = None
         self._pipes: set[asyncio.Task[None]] = set()
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "start the proxy first"
-        port: int = self._server.sockets[0].getsockname()[1]
-        return port
 
     @property
     def dsn(self) -> str:
@@ -75,7 +66,6 @@ class RoundTripProxy:
         if self.is_cut:
             client_w.close()
             return
-        self.connections += 1
         server_r, server_w = await asyncio.open_connection(*self._upstream)
         client_turn = [False]  # per connection: did the client speak since the server last did?
 

@@ -40,12 +40,6 @@ V2 = "/api/v2/chats"
 EXPERIMENTAL = "/api/experimental/chats"
 TOKEN_HEADER = "Coder-Session-Token"
 
-#: Connections to Coder: httpx's cap of 100, but all of them kept alive between requests
-#: (httpx keeps 20). Many sessions share one client (a fleet in one process); with 20 kept,
-#: every request beyond them dialled a new connection and closed it after, a TCP
-#: handshake a step for the client and the server both.
-DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100)
-
 M = TypeVar("M", bound=BaseModel)
 InputPart = Mapping[str, Any]
 Content = str | Sequence[InputPart]
@@ -71,7 +65,6 @@ class ChatClient:
         retry_delay: float = 0.5,
         on_transport_event: TransportCallback | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
-        limits: httpx.Limits = DEFAULT_LIMITS,
     ) -> None:
         if not base_url:
             raise CoderConfigError("base_url is required")
@@ -88,7 +81,6 @@ class ChatClient:
             headers={TOKEN_HEADER: token},
             timeout=timeout,
             transport=transport,
-            limits=limits,
         )
 
     def __repr__(self) -> str:

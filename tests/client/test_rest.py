@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import socket
 import uuid
@@ -16,7 +15,6 @@ from coder_chat.errors import CoderApiError, CoderConfigError, CoderTransportErr
 from coder_chat.protocol.models import DynamicTool
 from coder_chat.simulator import Simulator
 
-from ..pgproxy import RoundTripProxy
 from .helpers import (
     Recorder,
     client_for,
@@ -78,21 +76,6 @@ async def test_create_get_update_and_list_chats(sim: Simulator) -> None:
         assert chat.id not in {c.id for c in visible}
         archived = await client.list_chats(archived=True)
         assert [c.id for c in archived] == [chat.id]
-
-
-async def test_many_sessions_on_one_client_keep_their_connections(sim: Simulator) -> None:
-    """A fleet shares one client: 40 requests at once, three times over, dial 40
-    connections, not 40 and then again whatever httpx's 20 kept-alive ones leave."""
-    async with client_for(sim) as direct:
-        chat = await direct.create_chat(organization_id=str(sim.organization_id), content="hi")
-    async with (
-        RoundTripProxy(sim.base_url) as proxy,
-        ChatClient(base_url=f"http://127.0.0.1:{proxy.port}", token=sim.token) as client,
-    ):
-        for _ in range(3):
-            sim.faults.delay_commit("get_chat", 0.3, count=40)  # so that all 40 overlap
-            await asyncio.gather(*(client.get_chat(chat.id) for _ in range(40)))
-    assert proxy.connections == 40, proxy.connections
 
 
 async def test_iter_chats_pages_through_everything(sim: Simulator) -> None:
