@@ -171,7 +171,8 @@ def helpers_cpu() -> float:
 
 def settle(quiet: float = 0.05, window: float = 1.0, limit: float = 180.0) -> float:
     """Wait until the processes this one started use less than ``quiet`` of a core over
-    ``window`` seconds, at most ``limit`` seconds; return how long that took.
+    ``window`` seconds, at most ``limit`` seconds; return how long they were still busy
+    (the quiet window that ended the wait not counted: 0 when they were quiet already).
 
     Why: Prefect's server records a run's task runs and logs after the client has sent
     them; a row that starts while it still works on the last row's shares the machine
@@ -185,4 +186,4 @@ def settle(quiet: float = 0.05, window: float = 1.0, limit: float = 180.0) -> fl
         if now - before < quiet * window:
             break
         before = now
-    return time.perf_counter() - started
+    return max(0.0, time.perf_counter() - started - window)
