@@ -613,6 +613,12 @@ def steadiness(rows: dict[str, list[Row]]) -> None:
             f"      helpers' CPU ms/step: {', '.join(f'{h:.2f}' for h in helpers)}; "
             f"tails s: {', '.join(f'{r.tail:.1f}' for r in found)}"
         )
+    b, c = rows.get("b", []), rows.get("c", [])
+    if b and c:  # each round's c beside the b that ran just before it
+        rounds = list(zip(b, c, strict=True))
+        walls = ", ".join(ratio(y.wall, x.wall) for x, y in rounds)
+        cpus = ", ".join(ratio(y.cpu_ms_per_step, x.cpu_ms_per_step) for x, y in rounds)
+        print(f"  c/b round by round, wall: {walls}; CPU/step: {cpus}")
 
 
 # -- main -------------------------------------------------------------------------------------------
