@@ -616,9 +616,9 @@ def steadiness(rows: dict[str, list[Row]]) -> None:
     b, c = rows.get("b", []), rows.get("c", [])
     if b and c:  # each round's c beside the b that ran just before it
         rounds = list(zip(b, c, strict=True))
-        walls = ", ".join(ratio(y.wall, x.wall) for x, y in rounds)
-        cpus = ", ".join(ratio(y.cpu_ms_per_step, x.cpu_ms_per_step) for x, y in rounds)
-        print(f"  c/b round by round, wall: {walls}; CPU/step: {cpus}")
+        wall_ratios = ", ".join(ratio(y.wall, x.wall) for x, y in rounds)
+        cpu_ratios = ", ".join(ratio(y.cpu_ms_per_step, x.cpu_ms_per_step) for x, y in rounds)
+        print(f"  c/b round by round, wall: {wall_ratios}; CPU/step: {cpu_ratios}")
 
 
 # -- main -------------------------------------------------------------------------------------------
