@@ -52,6 +52,13 @@ def text_content(content: Content) -> list[dict[str, Any]]:
     return [dict(part) for part in content]
 
 
+#: Requests one client has on the wire at once; the rest wait their turn here. httpcore
+#: keeps at most 20 idle connections (closing any idle one while it holds more) and, for
+#: every request it queues, scans every connection: beyond 20 at once, a fleet of chats
+#: dials anew for most requests and pays work that grows with the square of the queue.
+MAX_IN_FLIGHT = 20
+
+
 class ChatClient:
     """Async client for the chat REST API. Use it as ``async with ChatClient(...)``."""
 
@@ -65,6 +72,7 @@ class ChatClient:
         retry_delay: float = 0.5,
         on_transport_event: TransportCallback | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         if not base_url:
             raise CoderConfigError("base_url is required")
@@ -82,6 +90,7 @@ class ChatClient:
             timeout=timeout,
             transport=transport,
         )
+        self._in_flight = asyncio.Semaphore(max(1, max_in_flight))
 
     def __repr__(self) -> str:
         return f"ChatClient(base_url={self.base_url!r})"
@@ -362,7 +371,8 @@ class ChatClient:
         self.emit(HttpRequest(op, method, path))
         started = time.monotonic()
         try:
-            response = await self._http.request(method, path, **kwargs)
+            async with self._in_flight:
+                response = await self._http.request(method, path, **kwargs)
         except httpx.HTTPError as exc:
             reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             self.emit(HttpError(op, method, path, reason, time.monotonic() - started))
