@@ -22,7 +22,9 @@ Each row prints its wall time, steps (turns) per second, this process's CPU time
 (every thread), the peak resident set of this process (sampled every 0.5 s, and what it
 held when the row began), Coder requests per step (the simulator's request log), and what
 this process asked of Prefect's API per step (``bench._prefect_calls``: HTTP requests,
-events, log records). Prefect's log and event workers are drained at the end of a row,
+events, log records), and where wall time went without work moving (``bench._pauses``): the
+full garbage collections and their seconds, and the event loop's longest stall. Prefect's log
+and event workers are drained at the end of a row,
 inside its CPU and API counts but after its wall time. Then the ratios c/b, c/a and c'/b
 of wall time and of CPU per step, per N.
 
@@ -79,6 +81,7 @@ from bench._common import (
     prefect_api,
     requests_served,
 )
+from bench._pauses import Pauses, full_collections, loop_stalls
 from bench._prefect_calls import ApiCalls
 from bench._procmem import MIB, Peak, helpers_cpu, own_rss, rss, sampling, settle, tree_of
 from bench._simproc import SimProcess, simulator_process
@@ -114,6 +117,7 @@ class Row:
     tail: float = 0.0
     calls: ApiCalls | None = None
     runs: int = 1
+    pauses: Pauses | None = None
 
     @property
     def steps(self) -> int:
@@ -155,12 +159,18 @@ def measure(
     calls = _prefect_calls.COUNTS.snapshot()
     rss_start = rss()
     cpu = time.process_time()
-    with sampling(own_rss) as peak:
+    pauses = Pauses()
+
+    async def watched() -> list[str]:
+        async with loop_stalls(pauses):
+            return await body()
+
+    with sampling(own_rss) as peak, full_collections(pauses):
         started = time.perf_counter()
         if profiler is not None:
             profiler.enable()
         try:
-            problems = asyncio.run(body())
+            problems = asyncio.run(watched())
         finally:
             if profiler is not None:
                 profiler.disable()
@@ -185,6 +195,7 @@ def measure(
         helpers_cpu=helpers,
         tail=tail,
         calls=calls,
+        pauses=pauses,
     )
 
 
@@ -541,7 +552,7 @@ def header() -> None:
         f"  {'how':<24} {'N':>4} {'wall s':>7} {'tail s':>6} {'steps/s':>8} {'CPU ms/step':>11} "
         f"{'helpers':>8} "
         f"{'peak RSS MiB':>14} {'Coder req/step':>14} {'API HTTP/step':>13} "
-        f"{'events/step':>11} {'logs/step':>9} {'complete':>9}"
+        f"{'events/step':>11} {'logs/step':>9} {'complete':>9} {'full GC':>9} {'stall s':>7}"
     )
 
 
@@ -564,7 +575,7 @@ def row_line(row: Row, routes: bool = False) -> None:
         f"{per_step(row, calls.http if calls else None):>13} "
         f"{per_step(row, calls.events if calls else None):>11} "
         f"{per_step(row, calls.logs if calls else None):>9} "
-        f"{row.complete:>5}/{row.workflows:<3}",
+        f"{row.complete:>5}/{row.workflows:<3} {pause_columns(row.pauses)}",
         flush=True,
     )
     if routes and calls is not None and calls.http:
@@ -573,6 +584,14 @@ def row_line(row: Row, routes: bool = False) -> None:
         print(f"    not complete: {problem}")
     if len(row.problems) > 5:
         print(f"    ... and {len(row.problems) - 5} more")
+
+
+def pause_columns(pauses: Pauses | None) -> str:
+    """``2/0.41  0.30``: full collections and their seconds; the loop's longest stall."""
+    if pauses is None:
+        return ""
+    collections = f"{pauses.full_collections}/{pauses.full_collection_seconds:.2f}"
+    return f"{collections:>9} {pauses.longest_stall:>7.2f}"
 
 
 def ratio(top: float | None, bottom: float | None) -> str:
@@ -612,6 +631,11 @@ def steadiness(rows: dict[str, list[Row]]) -> None:
         print(
             f"      helpers' CPU ms/step: {', '.join(f'{h:.2f}' for h in helpers)}; "
             f"tails s: {', '.join(f'{r.tail:.1f}' for r in found)}"
+        )
+        stalls = [r.pauses.long_stalls_seconds if r.pauses else 0.0 for r in found]
+        print(
+            "      the event loop stalled over 0.1 s for, s (full collections included): "
+            + ", ".join(f"{x:.2f}" for x in stalls)
         )
     b, c = rows.get("b", []), rows.get("c", [])
     if b and c:  # each round's c beside the b that ran just before it
