@@ -26,6 +26,7 @@ from coder_chat.durable.step import StepResult
 from coder_chat.durable.store import FencedOut
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from prefect_coder.chat import DEFAULT_SETTINGS, DurableChat, StoreLost, Superseded, tally
+from prefect_coder.tasks._heap import heap_frozen
 from prefect_coder.tasks._runtime import import_model, run_log
 from prefect_coder.tasks.runs import (
     Progress,
@@ -135,7 +136,8 @@ async def durable_chats(
         async with gate, _slot(concurrency_limit):
             await _run_one(spec, schemas, fleet)
 
-    await asyncio.gather(*(one(spec) for spec in workflows))
+    with heap_frozen():
+        await asyncio.gather(*(one(spec) for spec in workflows))
     await fleet.progress.flush(finished=True)
     if fleet.superseded and fleet.this_run:
         await end_superseded(fleet.this_run, None, log)

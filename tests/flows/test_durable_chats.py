@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -15,6 +16,8 @@ from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
 from prefect_coder.flows.durable_chats import FleetFailed, WorkflowSpec, durable_chats
+
+from .example_tools import FREEZE_COUNTS
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -54,6 +57,25 @@ async def test_fifty_workflows_of_three_steps_in_one_flow_run(
             assert record.epoch == 1 and record.chat_id == str(chat_id)
     finally:
         await store.close()
+
+
+async def test_the_heap_found_at_the_start_is_frozen_while_the_fleet_runs(
+    sim: Simulator, coder_env: Path
+) -> None:
+    """The collector skips what the process held before the fleet (Prefect and all it
+    imports) while the workflows run, and has it all back once they are done."""
+    FREEZE_COUNTS.clear()
+    assert gc.get_freeze_count() == 0
+    workflows = fleet("frozen", 2, 1)
+    for spec in workflows:
+        spec.prompts[0] = 'look /tool heap_probe {"note": "now"}'
+    results = await durable_chats(
+        workflows=workflows, tools=["tests.flows.example_tools:heap_probe"]
+    )
+    assert sorted(results) == ["frozen-0", "frozen-1"]
+    assert len(FREEZE_COUNTS) == 2
+    assert min(FREEZE_COUNTS) > 100_000  # the whole of Prefect, not a handful
+    assert gc.get_freeze_count() == 0
 
 
 async def test_a_global_concurrency_limit_bounds_the_fleet(sim: Simulator, coder_env: Path) -> None:
