@@ -14,6 +14,7 @@ import asyncio
 import json
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -159,3 +160,30 @@ async def test_writes_committed_together_fail_alone(tmp_path: Path) -> None:
     assert all(
         c.journal is not None and c.journal.marker == f"m-{c.chat_id[5:]}" for c in chats.values()
     )
+
+
+async def test_a_write_cancelled_before_the_store_took_it_is_never_made(tmp_path: Path) -> None:
+    """Another process holds the file's write lock, so the store's thread waits on a first
+    write; a second, queued behind it, is cancelled there. Once the lock is released the
+    first commits, and the second, whose caller saw it cancelled, is never made."""
+    path = tmp_path / "ledger.sqlite3"
+    store = SqliteStore(path)
+    try:
+        fence = await store.begin_run("org-1", "wf-cancel")
+        entry = JournalEntry(state="submitting", marker="m-1", attempt=0)
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        first = asyncio.create_task(store.write_journal(fence, "chat-first", entry))
+        await asyncio.sleep(0.3)  # the store's thread now waits for the lock
+        second = asyncio.create_task(store.write_journal(fence, "chat-second", entry))
+        await asyncio.sleep(0.1)
+        second.cancel()
+        holder.execute("COMMIT")
+        holder.close()
+        await first
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        chats = [c.chat_id for c in await store.list_chats("org-1")]
+    finally:
+        await store.close()
+    assert chats == ["chat-first"]
