@@ -114,18 +114,17 @@ class SqliteStore(BaseStore):
 
     # -- transactions, on the store's thread ----------------------------------------------
     async def _transact(self, doing: str, op: Op[T], *, write: bool, flush: bool = True) -> T:
-        if self._closed:
-            raise CoderStoreError(f"{self!r} is closed")
         loop = asyncio.get_running_loop()
         job = _Job(doing, op, write, flush, loop, loop.create_future())
-        if self._thread is None:
-            self._start_thread()
-        self._jobs.put(job)
+        self._submit(job)
         result: T = await job.future
         return result
 
-    def _start_thread(self) -> None:
+    def _submit(self, job: _Job) -> None:
+        # Under the lock that close() takes too: nothing is queued after its stop.
         with self._thread_lock:
+            if self._closed:
+                raise CoderStoreError(f"{self!r} is closed")
             if self._thread is None:
                 # A daemon: a store nobody closed must not keep the process from exiting
                 # (SQLite rolls back a transaction cut short; nothing was acknowledged).
@@ -133,6 +132,7 @@ class SqliteStore(BaseStore):
                     target=self._serve, name="prefect-coder-sqlite", daemon=True
                 )
                 self._thread.start()
+            self._jobs.put(job)
 
     def _serve(self) -> None:
         """The store's thread: take every job queued now, commit its writes together
@@ -183,9 +183,11 @@ class SqliteStore(BaseStore):
         if not isinstance(exc, sqlite3.DatabaseError):
             return exc
         retryable = isinstance(exc, sqlite3.OperationalError) and _is_busy(exc)
-        return CoderStoreError(
+        error = CoderStoreError(
             f"SQLite store {self.path}: {doing} failed: {exc}", retryable=retryable
         )
+        error.__cause__ = exc
+        return error
 
     def _synchronous(self, conn: sqlite3.Connection, flush: bool) -> None:
         """Set how the next commit reaches the disk; a pragma outside any transaction,
@@ -227,26 +229,18 @@ class SqliteStore(BaseStore):
         return conn
 
     async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        thread = self._thread
-        if thread is None:
-            return
-        self._jobs.put(None)  # after every job queued before it
-        await asyncio.get_running_loop().run_in_executor(None, thread.join)
+        with self._thread_lock:
+            if self._closed:
+                return
+            self._closed = True
+            thread = self._thread
+            if thread is not None:
+                self._jobs.put(None)  # the last job: every one queued before it is served
+        if thread is not None:
+            await asyncio.get_running_loop().run_in_executor(None, thread.join)
 
     def _shut(self) -> None:
-        """On the store's thread, told to stop: fail what came in after, close the file."""
-        late: list[_Outcome] = []
-        while True:
-            try:
-                job = self._jobs.get_nowait()
-            except queue.Empty:
-                break
-            if job is not None:
-                late.append((job, False, CoderStoreError(f"{self!r} is closed")))
-        _deliver(late)
+        """On the store's thread, told to stop: close the file."""
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
