@@ -46,6 +46,7 @@ def shared_client(
     key = (base_url, hashlib.sha256(token.encode()).hexdigest())
     loop = asyncio.get_running_loop()
     with _lock:
+        _forget_closed_loops()
         per_loop = _clients.setdefault(loop, {})
         client = per_loop.get(key)
         if client is None or client.closed:
@@ -53,6 +54,14 @@ def shared_client(
                 base_url=base_url, token=token, on_transport_event=on_transport_event
             )
         return client
+
+
+def _forget_closed_loops() -> None:
+    """Drop the clients of loops that are closed: nothing can use them any more, and a
+    client's connections hold its loop, so the weak keys alone would never let go of
+    either (a process that runs flows one event loop after another would keep them all)."""
+    for loop in [loop for loop in _clients if loop.is_closed()]:
+        del _clients[loop]
 
 
 def _close_everything() -> None:

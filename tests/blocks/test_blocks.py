@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import sys
 import uuid
+import weakref
 from importlib.metadata import entry_points
 from pathlib import Path
 from subprocess import PIPE, STDOUT
@@ -18,7 +20,7 @@ from prefect.settings import PREFECT_API_URL
 from prefect.testing.standard_test_suites.blocks import BlockStandardTestSuite
 from pydantic import SecretStr
 
-from coder_chat import CoderConfigError
+from coder_chat import ChatClient, CoderConfigError
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
@@ -172,3 +174,31 @@ async def test_one_store_and_one_client_per_process(tmp_path: Path, sim: Simulat
 
 async def _client_of(credentials: CoderCredentials) -> object:
     return credentials.shared_client()
+
+
+async def test_a_closed_loop_and_its_client_are_let_go(sim: Simulator) -> None:
+    """A process that runs one event loop after another (a flow run each, say) keeps no
+    client, and no loop, of those that are closed."""
+    credentials = CoderCredentials(
+        base_url=sim.base_url, token=SecretStr(sim.token), organization_id=str(sim.organization_id)
+    )
+
+    def one_loop() -> weakref.ref[asyncio.AbstractEventLoop]:
+        loop = asyncio.new_event_loop()
+        try:
+            client = loop.run_until_complete(_used_client_of(credentials))
+            assert isinstance(client, ChatClient)
+        finally:
+            loop.close()
+        return weakref.ref(loop)
+
+    gone = await asyncio.to_thread(one_loop)
+    credentials.shared_client()  # the next use, on this loop, lets the closed one go
+    gc.collect()
+    assert gone() is None
+
+
+async def _used_client_of(credentials: CoderCredentials) -> object:
+    client = credentials.shared_client()
+    await client.list_chats()  # a connection in its pool, as after a turn
+    return client
