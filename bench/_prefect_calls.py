@@ -140,7 +140,14 @@ def install() -> None:
 
 def drain(timeout: float = 60) -> None:
     """Wait (outside any event loop) until Prefect's log and event workers have sent all
-    they hold; they start again on their next use."""
+    they hold, then start them again here, outside any flow run.
+
+    A worker keeps, for as long as the process lives, the context it was started in (its
+    drain at the loop's shutdown is a call made in that context). Started again by the
+    next row's first log line, it would keep that row's flow run, and every result the
+    run returned: a whole fleet's worth of objects a row, for the collector to walk in
+    every row after.
+    """
     from prefect.events.worker import EventsWorker
     from prefect.logging.handlers import APILogWorker
 
@@ -148,3 +155,5 @@ def drain(timeout: float = 60) -> None:
         done: object = worker.drain_all(timeout=timeout, at_exit=False)
         if isinstance(done, Awaitable):  # pragma: no cover - only inside a loop
             raise RuntimeError("drain() must be called outside an event loop")
+    APILogWorker.instance()
+    EventsWorker.instance()
