@@ -187,3 +187,26 @@ def settle(quiet: float = 0.05, window: float = 1.0, limit: float = 180.0) -> fl
             break
         before = now
     return max(0.0, time.perf_counter() - started - window)
+
+
+def apart_from_helpers() -> str:
+    """Run this process on the first CPU and the processes it started (Prefect's server,
+    the simulator) on the others, so that the server's work on a row, which takes twice
+    the row's own CPU, does not take turns with the row being measured. Returns what was
+    done, in words; nothing is done on a machine with one CPU."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return "one CPU: nothing pinned"
+    own, rest = {cpus[0]}, set(cpus[1:])
+    _pin(os.getpid(), own)
+    for pid in descendants(os.getpid()):
+        _pin(pid, rest)
+    return f"this process on CPU {cpus[0]}, its helpers on {sorted(rest)}"
+
+
+def _pin(pid: int, cpus: set[int]) -> None:
+    """Every thread of ``pid`` (an affinity is a thread's, and new threads inherit it)."""
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(int(tid), cpus)

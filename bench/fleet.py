@@ -1,7 +1,7 @@
 """A fleet of 3-turn workflows: bare sessions, plain Prefect tasks and ``durable_chats``, side by side.
 
 Run: ``python -m bench.fleet [--sizes 50,200,500] [--postgres-sizes all] [--repeat 5]
-[--repeat-size 200] [--worker-runs 0] [--worker-limit 8] [--dsn postgresql://…]``.
+[--repeat-size 200] [--worker-runs 0] [--worker-limit 8] [--dsn postgresql://…] [--no-pin]``.
 
 Everything runs in one process against one simulator process (deltas not paced) and one
 Prefect test API (a temporary server in a subprocess). For each size N, N workflows of 3
@@ -27,6 +27,10 @@ full garbage collections and their seconds, and the event loop's longest stall. 
 and event workers are drained at the end of a row,
 inside its CPU and API counts but after its wall time. Then the ratios c/b, c/a and c'/b
 of wall time and of CPU per step, per N.
+
+This process runs on the first CPU and the processes it started on the others (``--no-pin``
+to share them all): the server's work on a row, about twice the row's own CPU, would otherwise
+take turns with the row it measures.
 
 Prefect's server goes on working after a row's client is done: it records the task runs,
 states and logs the row sent. Each row therefore starts once the processes this one
@@ -83,7 +87,17 @@ from bench._common import (
 )
 from bench._pauses import Pauses, full_collections, loop_stalls
 from bench._prefect_calls import ApiCalls
-from bench._procmem import MIB, Peak, helpers_cpu, own_rss, rss, sampling, settle, tree_of
+from bench._procmem import (
+    MIB,
+    Peak,
+    apart_from_helpers,
+    helpers_cpu,
+    own_rss,
+    rss,
+    sampling,
+    settle,
+    tree_of,
+)
 from bench._simproc import SimProcess, simulator_process
 from coder_chat import ChatClient, ChatSession
 
@@ -92,6 +106,8 @@ PREFECT = str(Path(sys.executable).parent / "prefect")
 POOL = "coder-agents"  # the pool deployments/prefect.yaml names
 PROMPTS = ["plan the change", "write the change", "summarise the change"]
 DEFAULT_DSN = "postgresql://127.0.0.1:5432/test"
+#: Whether rows run on a CPU of their own, their helpers on the others (``--no-pin``).
+PIN = True
 
 
 @dataclass
@@ -153,6 +169,8 @@ def measure(
     _prefect_calls.install()
     _prefect_calls.drain()  # what earlier rows left is theirs
     gc.collect()
+    if PIN:
+        apart_from_helpers()  # again: helpers may have started processes and threads
     settle()  # and what the server still does for them
     helpers = helpers_cpu()
     requests = requests_served(sim)
@@ -752,7 +770,14 @@ def main() -> None:
         default=os.environ.get("PREFECT_CODER_BENCH_POSTGRES_DSN") or DEFAULT_DSN,
         help="the Postgres server of (c') (a throwaway schema, dropped after)",
     )
+    parser.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="let this process and its helpers share every CPU",
+    )
     args = parser.parse_args()
+    global PIN
+    PIN = not args.no_pin
     sizes = parse_sizes(args.sizes, [])
     postgres_sizes = parse_sizes(args.postgres_sizes, sizes)
     if postgres_sizes and (why := asyncio.run(postgres_reachable(args.dsn))):
@@ -764,6 +789,8 @@ def main() -> None:
     try:
         with simulator_process() as sim, prefect_api() as tmp:
             from prefect_coder.blocks import PostgresLedger, SqliteLedger
+
+            print(apart_from_helpers() if PIN else "not pinned: every process on every CPU")
 
             setup = Setup(
                 sim,
