@@ -293,7 +293,13 @@ async def test_deploy_crash_sweep_and_relaunch(tmp_path: Path) -> None:
     try:
         await scenario(procs, tmp_path)
         await procs.close()
-        assert procs.leftovers() == [], "processes survived their group's SIGKILL"
+
+        async def all_dead() -> bool:
+            return procs.leftovers() == []
+
+        # A process SIGKILLed is gone once the kernel has torn it down: a big one, on a
+        # loaded machine, can take a moment; one that is still there after this survived.
+        await until(all_dead, "the killed processes to die (none may survive SIGKILL)", 30, [])
     except BaseException:
         print(procs.diagnostics())
         raise
