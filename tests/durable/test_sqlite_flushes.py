@@ -163,7 +163,7 @@ async def test_writes_committed_together_fail_alone(tmp_path: Path) -> None:
 
 
 async def test_a_write_cancelled_before_the_store_took_it_is_never_made(tmp_path: Path) -> None:
-    """Another process holds the file's write lock, so the store's thread waits on a first
+    """Another connection holds the file's write lock, so the store's thread waits on a first
     write; a second, queued behind it, is cancelled there. Once the lock is released the
     first commits, and the second, whose caller saw it cancelled, is never made."""
     path = tmp_path / "ledger.sqlite3"
