@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 # Prefect keeps results (our step cache) under PREFECT_HOME: give each test session
-# its own, so no run ever reads another session's cached steps.
+# its own, so no run ever reads another session's cached steps; gone when it ends.
 os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="prefect-coder-tests-")
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
@@ -16,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from coder_chat.simulator import Simulator, SimulatorConfig, serve_simulator
+
+atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True)
 
 
 def fast_config(**overrides: object) -> SimulatorConfig:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import logging
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -33,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     # Before Prefect is imported: this process's own Prefect home, and no telemetry.
     os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="prefect-coder-campaign-home-")
+    atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True)
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
