@@ -106,8 +106,6 @@ PREFECT = str(Path(sys.executable).parent / "prefect")
 POOL = "coder-agents"  # the pool deployments/prefect.yaml names
 PROMPTS = ["plan the change", "write the change", "summarise the change"]
 DEFAULT_DSN = "postgresql://127.0.0.1:5432/test"
-#: Whether rows run on a CPU of their own, their helpers on the others (``--no-pin``).
-PIN = True
 
 
 @dataclass
@@ -169,8 +167,6 @@ def measure(
     _prefect_calls.install()
     _prefect_calls.drain()  # what earlier rows left is theirs
     gc.collect()
-    if PIN:
-        apart_from_helpers()  # again: helpers may have started processes and threads
     settle()  # and what the server still does for them
     helpers = helpers_cpu()
     requests = requests_served(sim)
@@ -674,8 +670,12 @@ class Setup:
     sqlite: Any
     postgres: Any
     failed: list[str]
+    #: Rows on a CPU of their own, their helpers on the others (``--no-pin``: shared).
+    pin: bool = True
 
     def measure(self, kind: str, how: str, size: int, body: Body) -> Row:
+        if self.pin:
+            apart_from_helpers()  # again each row: helpers may have started processes
         row = measure(self.sim, kind, how, size, body)
         if row.problems:
             self.failed.append(f"{how} x{size}: {len(row.problems)} incomplete")
@@ -776,8 +776,6 @@ def main() -> None:
         help="let this process and its helpers share every CPU",
     )
     args = parser.parse_args()
-    global PIN
-    PIN = not args.no_pin
     sizes = parse_sizes(args.sizes, [])
     postgres_sizes = parse_sizes(args.postgres_sizes, sizes)
     if postgres_sizes and (why := asyncio.run(postgres_reachable(args.dsn))):
@@ -790,14 +788,14 @@ def main() -> None:
         with simulator_process() as sim, prefect_api() as tmp:
             from prefect_coder.blocks import PostgresLedger, SqliteLedger
 
-            print(apart_from_helpers() if PIN else "not pinned: every process on every CPU")
-
             setup = Setup(
                 sim,
                 SqliteLedger(path=str(tmp / "fleet.sqlite3")),
                 PostgresLedger(dsn=SecretStr(args.dsn), db_schema=schema),
                 failed,
+                pin=not args.no_pin,
             )
+            print(apart_from_helpers() if setup.pin else "not pinned: every process on every CPU")
             sizes_part(setup, sizes, postgres_sizes)
             if args.repeat:
                 repeat_part(setup, args.repeat_size, args.repeat)

@@ -114,8 +114,7 @@ class SqliteStore(BaseStore):
 
     # -- transactions, on the store's thread ----------------------------------------------
     async def _transact(self, doing: str, op: Op[T], *, write: bool, flush: bool = True) -> T:
-        loop = asyncio.get_running_loop()
-        job = _Job(doing, op, write, flush, loop, loop.create_future())
+        job = _Job(doing, op, write, flush, asyncio.get_running_loop().create_future())
         self._submit(job)
         result: T = await job.future
         return result
@@ -146,12 +145,13 @@ class SqliteStore(BaseStore):
                     batch.append(self._jobs.get_nowait())
                 except queue.Empty:
                     break
+            stop = any(job is None for job in batch)
             live = [job for job in batch if job is not None and not job.future.cancelled()]
             writes = [job for job in live if job.write]
             outcomes = self._commit_group(writes) if writes else []
             outcomes += [self._read_now(job) for job in live if not job.write]
             _deliver(outcomes)
-            if None in batch:
+            if stop:
                 self._shut()
                 return
 
@@ -249,13 +249,12 @@ class SqliteStore(BaseStore):
 
 @dataclass
 class _Job:
-    """Work for the store's thread, and the loop and future its outcome goes back to."""
+    """Work for the store's thread, and the future (of the asking loop) its outcome goes to."""
 
     doing: str
     op: Op[Any]
     write: bool
     flush: bool
-    loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Any]
 
 
@@ -267,7 +266,7 @@ def _deliver(outcomes: list[_Outcome]) -> None:
     """Hand outcomes back to the loops that wait for them: one callback per loop."""
     by_loop: dict[asyncio.AbstractEventLoop, list[_Outcome]] = {}
     for outcome in outcomes:
-        by_loop.setdefault(outcome[0].loop, []).append(outcome)
+        by_loop.setdefault(outcome[0].future.get_loop(), []).append(outcome)
     for loop, theirs in by_loop.items():
         # A loop that is closed has nobody waiting for these any more.
         with contextlib.suppress(RuntimeError):

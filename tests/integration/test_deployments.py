@@ -178,6 +178,9 @@ class Processes:
         """Live processes still in any process group the test killed."""
         return survivors(self.killed)
 
+    async def all_dead(self) -> bool:
+        return self.leftovers() == []
+
     def diagnostics(self) -> str:
         return "\n".join(
             f"\n===== {p.name} (exit {p.proc.returncode}) =====\n{p.tail()}" for p in self.started
@@ -293,13 +296,11 @@ async def test_deploy_crash_sweep_and_relaunch(tmp_path: Path) -> None:
     try:
         await scenario(procs, tmp_path)
         await procs.close()
-
-        async def all_dead() -> bool:
-            return procs.leftovers() == []
-
         # A process SIGKILLed is gone once the kernel has torn it down: a big one, on a
         # loaded machine, can take a moment; one that is still there after this survived.
-        await until(all_dead, "the killed processes to die (none may survive SIGKILL)", 30, [])
+        await until(
+            procs.all_dead, "the killed processes to die (none may survive SIGKILL)", 30, []
+        )
     except BaseException:
         print(procs.diagnostics())
         raise
@@ -455,10 +456,7 @@ async def with_deployments(
             await procs.crash(first)  # the worker and its flow run's process, at once
             sim.faults.decide(held.id, "drop")  # the dead worker's request never lands
 
-            async def all_dead() -> bool:
-                return procs.leftovers() == []
-
-            await until(all_dead, "the crashed worker's processes to die", 30, [])
+            await until(procs.all_dead, "the crashed worker's processes to die", 30, [])
 
             [orphan] = chats_of(sim, crashed_id)
             assert orphan.status == "requires_action" and not orphan.archived
