@@ -32,6 +32,12 @@ class FenceGuard:
         self.fresh_for = fresh_for
         self._confirmed_at = -float("inf")
 
+    @property
+    def fresh(self) -> bool:
+        """Whether the fence was confirmed less than ``fresh_for`` seconds ago (an action
+        now costs no store read)."""
+        return time.monotonic() - self._confirmed_at < self.fresh_for
+
     def confirm(self) -> None:
         """The fence was just proven (a fenced write, or a read of the newest epoch)."""
         self._confirmed_at = time.monotonic()
@@ -43,7 +49,7 @@ class FenceGuard:
         self.confirm()
 
     async def __call__(self, action: str) -> None:
-        if time.monotonic() - self._confirmed_at < self.fresh_for:
+        if self.fresh:
             return
         workflow = await self.store.get_workflow(self.fence.tenant, self.fence.workflow_id)
         self.confirm_epoch(workflow.epoch if workflow else None)

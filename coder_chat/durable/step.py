@@ -215,6 +215,10 @@ async def _complete(
         notes=notes or [],
     )
     await asyncio.shield(ctx.store.complete_step(ctx.fence, record))
+    if ctx.guard is not None:
+        # A fenced write: what the workflow does next (the archive at its end, say)
+        # needs no store read to know this run still holds it.
+        ctx.guard.confirm()
     return StepResult.from_record(record, verdict)
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from coder_chat import ChatClient, ChatSession
 from coder_chat.durable.context import DurableOptions, StepContext, StepTools
+from coder_chat.durable.fence import FenceGuard
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.step import StepSpec, run_step
 from coder_chat.simulator import Simulator
@@ -81,3 +82,21 @@ async def test_a_first_step_that_may_have_run_before_looks_for_its_orphan(
         ctx = StepContext(client, store, fence, "wf-retry", 1, StepTools(), FAST)
         await run_step(ctx, StepSpec(prompt="hello"))
     assert served(sim) == ["list_chats", "create_chat", "stream"]
+
+
+async def test_a_step_leaves_its_fence_confirmed_for_what_comes_next(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    """The step's last write is fenced, so it proves the run still holds the workflow:
+    the archive that follows a turn longer than the guard's freshness reads nothing."""
+    tenant = str(sim.organization_id)
+    sim.config.step_delay = 0.3  # the turn outlasts the confirmation its journal write gave
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        fence = await store.begin_run(tenant, "wf-guard")
+        guard = FenceGuard(store, fence, fresh_for=0.2)
+        for step in (1, 2):
+            ctx = StepContext(
+                client, store, fence, "wf-guard", step, StepTools(), FAST, guard=guard
+            )
+            await run_step(ctx, StepSpec(prompt=f"step {step}"))
+            assert guard.fresh, f"step {step} left its fence unconfirmed"
