@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from coder_chat.durable.step import StepResult, StepSpec, recover, run_step
 from prefect_coder.tasks._runtime import durable_task, run_log
+from prefect_coder.tasks.runs import slug
 from prefect_coder.tasks.workflow import WorkflowRun
 
 #: What each verdict means, for the step's log line.
@@ -38,11 +39,19 @@ def step_line(run: WorkflowRun, result: StepResult) -> str:
 
 
 def step_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
-    """Ids only (tenant, workflow, step, a hash of the prompt), never the inputs hashed
-    whole: a re-run of the same workflow on this machine skips its finished steps."""
+    """Ids only (tenant, workflow, step, the prompt), never the inputs hashed whole: a
+    re-run of the same workflow on this machine skips its finished steps.
+
+    One flat file name (``prefect-coder-trip-7-step-2-…``): the key names the result's
+    file, and a key with slashes made a directory per workflow and step, one ``mkdir``
+    and one more path component to resolve on every result written or looked up. The
+    workflow id is only readable in it; the digest of every id tells keys apart.
+    """
     run: WorkflowRun = parameters["run"]
-    digest = hashlib.sha256(str(parameters["prompt"]).encode()).hexdigest()[:16]
-    return f"prefect-coder/{run.tenant}/{run.workflow_id}/step-{parameters['step']}/{digest}"
+    step, prompt = parameters["step"], str(parameters["prompt"])
+    ids = "\0".join([run.tenant, run.workflow_id, str(step), prompt])
+    digest = hashlib.sha256(ids.encode()).hexdigest()[:24]
+    return f"prefect-coder-{slug(run.workflow_id)[:60]}-step-{step}-{digest}"
 
 
 @durable_task(

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 from prefect.client.orchestration import get_client
+from prefect.settings import get_current_settings
 
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
+from prefect_coder.blocks import SqliteLedger
 from prefect_coder.flows.archive_workflow import archive_workflow
 from prefect_coder.flows.durable_chat import durable_chat
 from prefect_coder.tasks.settings import WorkflowSettings
@@ -110,3 +112,33 @@ async def test_a_workflow_of_n_steps_makes_at_most_2n_plus_1_requests(
     assert routes.count("update_chat") == 1 and sim.chat(results[0].chat_id).archived
     assert routes.count("create_chat") + routes.count("send_message") == steps
     assert routes.count("stream") == steps
+
+
+async def test_a_step_result_is_one_flat_file_found_again_by_its_key(
+    sim: Simulator, coder_env: Path, tmp_path: Path
+) -> None:
+    """Each step's result is one file named by its key, whatever the workflow id holds
+    (no directory per workflow and step, nothing outside the result storage); a run of
+    the same workflow on another ledger finds it there, and sends nothing."""
+    storage = Path(get_current_settings().results.local_storage_path)
+    before = stored_results(storage)
+    workflow_id = "team/x/../y"
+    first = await durable_chat(workflow_id=workflow_id, prompts=["one", "two"])
+    made = {
+        name: is_file for name, is_file in stored_results(storage).items() if name not in before
+    }
+    names = sorted(made)
+    assert len(names) == 2 and all(made.values()), made
+    assert all(n.startswith("prefect-coder-team-x----y-step-") for n in names), names
+    requests = len(sim.records.requests)
+    other = SqliteLedger(path=str(tmp_path / "other-ledger.db"))
+    again = await durable_chat(workflow_id=workflow_id, prompts=["one", "two"], ledger=other)
+    assert [r.verdict for r in again] == ["cached", "cached"]
+    assert [r.text for r in again] == [r.text for r in first]
+    sent = [r.route for r in sim.records.requests[requests:]]
+    assert "send_message" not in sent and "create_chat" not in sent, sent
+
+
+def stored_results(storage: Path) -> dict[str, bool]:
+    """What the result storage holds at its top: each name, and whether it is a file."""
+    return {p.name: p.is_file() for p in storage.iterdir()} if storage.exists() else {}
