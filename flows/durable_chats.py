@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from coder_chat.durable.step import StepResult
 from coder_chat.durable.store import FencedOut
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
-from prefect_coder.chat import DEFAULT_SETTINGS, DurableChat, StoreLost, Superseded, tally
+from prefect_coder.chat import DEFAULT_SETTINGS, DurableChat, StoreLost, Superseded
 from prefect_coder.tasks._heap import heap_frozen
 from prefect_coder.tasks._runtime import import_model, run_log
 from prefect_coder.tasks.runs import (
@@ -196,7 +196,7 @@ async def _run_one(spec: WorkflowSpec, schemas: list[type[BaseModel] | None], fl
         await fleet.progress.advance(f"{spec.workflow_id}: failed ({why})")
         return
     fleet.results[spec.workflow_id] = chat.results
-    await fleet.progress.advance(f"{spec.workflow_id}: {tally(chat.results)}")
+    await fleet.progress.advance(f"{spec.workflow_id}: {chat.summary()}")
 
 
 async def _end_if_lost(fleet: Fleet, log: LoggingAdapter) -> None:

@@ -162,6 +162,8 @@ class DurableChat:
         self._progress: Progress | None = None
         #: The name of the run this one took over from, when it marked it superseded.
         self.took_over_from: str | None = None
+        #: The chat this run archived at the workflow's end (its id), if it did.
+        self.archived_chat: str | None = None
 
     def __repr__(self) -> str:
         return f"DurableChat({self.workflow_id!r}, steps done={len(self.results)})"
@@ -422,10 +424,18 @@ class DurableChat:
         if run.settings.archive_at_end:
             archived = await with_retries(lambda: self._archive(log))
         await finish_workflow(run, WorkflowState.FINISHED)
+        self.archived_chat = archived
         if self._progress is not None:
             await self._progress.flush(finished=True)
-        chat = f"; its chat {archived} is archived" if archived else ""
-        log.info(f"Workflow {self.workflow_id} is finished: {tally(self.results)}{chat}.")
+        if self.owns_run:
+            # A run of many workflows says this in its progress artifact, one line each,
+            # instead of a log line each (about a millisecond apiece in Prefect's handlers).
+            log.info(f"Workflow {self.workflow_id} is finished: {self.summary()}.")
+
+    def summary(self) -> str:
+        """``3 step(s), 3 ran; its chat … is archived``: how the workflow ended here."""
+        chat = f"; its chat {self.archived_chat} is archived" if self.archived_chat else ""
+        return f"{tally(self.results)}{chat}"
 
     async def _archive(self, log: LoggingAdapter) -> str | None:
         """Archive the chat once: one request when this run's last turn left it idle

@@ -193,11 +193,16 @@ async def test_a_run_of_many_workflows_names_them_in_its_name_and_every_line(
         for step in (1, 2):
             said = f"many-{i}, step {step} of 2: ran (sent once and answered)."
             assert verdict_line(said) in steps, steps
-    # Each run keeps its own progress artifact.
-    keys = {
-        a.key for a in artifacts if a.flow_run_id in (run_id, again_id) and a.type == "progress"
-    }
-    assert len(keys) == 2, keys
+    # Each run keeps its own progress artifact, where each workflow's end is one line.
+    progress = {a.flow_run_id: a for a in artifacts if a.type == "progress"}
+    assert set(progress) == {run_id, again_id}, progress
+    assert progress[run_id].key != progress[again_id].key
+    results = await first.aresult()
+    ended = (progress[run_id].description or "").splitlines()
+    for i in range(3):
+        chat = results[f"many-{i}"][-1].chat_id
+        assert f"- many-{i}: 2 step(s), 2 ran; its chat {chat} is archived" in ended, ended
+    assert not [line for line in info if "is finished" in line], info  # not a line each
 
 
 async def test_a_name_a_person_gave_the_run_is_replaced_with_a_word(
