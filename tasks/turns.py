@@ -45,7 +45,7 @@ def step_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
     One flat file name (``prefect-coder-trip-7-step-2-…``): the key names the result's
     file, and a key with slashes made a directory per workflow and step, one ``mkdir``
     and one more path component to resolve on every result written or looked up. The
-    workflow id is only readable in it; the digest of every id tells keys apart.
+    workflow id is in it for a person to read; the digest of all the ids tells keys apart.
     """
     run: WorkflowRun = parameters["run"]
     step, prompt = parameters["step"], str(parameters["prompt"])
