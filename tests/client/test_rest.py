@@ -116,6 +116,10 @@ async def test_get_and_iterate_messages(sim: Simulator) -> None:
 
 async def test_send_direct_and_queued_then_delete_and_promote(sim: Simulator) -> None:
     (busy,) = sim.seed(1, status="running")  # stays running until interrupted
+    # Interrupted by the promote, it winds down for longer than the test: its queue is
+    # still there for the deletes to act on (after a short wind-down the promoted entry
+    # would run and empty the queue on a loaded machine, and the last delete get a 409).
+    sim.config.interrupt_winddown = 60.0
     idle = await idle_chat(sim)
     async with client_for(sim) as client:
         direct = await client.send_message(idle, "now")

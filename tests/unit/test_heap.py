@@ -9,14 +9,21 @@ import pytest
 from prefect_coder.tasks._heap import heap_frozen
 
 
+def still_frozen(count: int) -> bool:
+    """Frozen as it was: not thawed, and not frozen again (which would add every object
+    made since). A frozen object that is freed leaves the count, and the process's other
+    threads (Prefect's services, left by earlier tests) may free some meanwhile."""
+    return 0 < gc.get_freeze_count() <= count
+
+
 def test_the_heap_is_frozen_until_the_last_fleet_ends() -> None:
     assert gc.get_freeze_count() == 0
     with heap_frozen():
         frozen = gc.get_freeze_count()
         assert frozen > 0
         with heap_frozen():  # a second fleet in the same process
-            assert gc.get_freeze_count() == frozen
-        assert gc.get_freeze_count() == frozen
+            assert still_frozen(frozen)
+        assert still_frozen(frozen)
     assert gc.get_freeze_count() == 0
 
 
@@ -32,7 +39,7 @@ def test_a_heap_someone_else_froze_stays_frozen() -> None:
     try:
         theirs = gc.get_freeze_count()
         with heap_frozen():
-            assert gc.get_freeze_count() == theirs
-        assert gc.get_freeze_count() == theirs
+            assert still_frozen(theirs)
+        assert still_frozen(theirs)
     finally:
         gc.unfreeze()
