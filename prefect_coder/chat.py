@@ -438,16 +438,15 @@ class DurableChat:
         return f"{tally(self.results)}{chat}"
 
     async def _archive(self, log: LoggingAdapter) -> str | None:
-        """Archive the chat once: one request when this run's last turn left it idle
-        (its id is returned, for the workflow's last line to say so); else (no turn ran
-        here) settle and answer it first, from the ledger, and say what was done."""
+        """Archive the chat once, and return its id when it is archived: one request when
+        this run's last turn left it idle; else (no turn ran here, or a prompt that landed
+        late is running) settle and answer it first, from the ledger, and say what was done."""
         last = self.results[-1] if self.results else None
-        if last is not None and last.verdict in ("ran", "recovered", "resubmitted"):
-            if await archive_idle_chat(self.run, last.chat_id, log.info):
-                return last.chat_id
-            return None
-        await retire_workflow_chat(self.run, log.info)
-        return None
+        left_idle = last is not None and last.verdict in ("ran", "recovered", "resubmitted")
+        if last is not None and left_idle and await archive_idle_chat(self.run, last.chat_id):
+            return last.chat_id
+        retired = await retire_workflow_chat(self.run, log.info)
+        return retired.chat_id if retired is not None and retired.done else None
 
     async def _superseded(self, exc: Exception, log: LoggingAdapter) -> None:
         """A newer run holds the workflow: this one does nothing more, and says so.

@@ -42,13 +42,12 @@ async def retire_workflow_chat(run: WorkflowRun, report: Callable[[str], None]) 
     return retired
 
 
-async def archive_idle_chat(run: WorkflowRun, chat_id: str, report: Callable[[str], None]) -> bool:
+async def archive_idle_chat(run: WorkflowRun, chat_id: str) -> bool:
     """Archive a chat the workflow's last turn left idle: one request. ``True`` when
-    that was all (the caller says so in its own line); else what happened is reported.
+    that was all; ``False`` when the chat turned out not to be idle (a prompt that
+    landed late is running, Coder answered 409): the caller retires it the whole way.
 
-    The last turn saw its run end, so there is no pause to answer and nothing to stop;
-    Coder is asked more only when the chat turns out not to be idle (a prompt that
-    landed late is running): then it is retired the whole way.
+    The last turn saw its run end, so there is no pause to answer and nothing to stop.
     """
     await run.guard("archive")
     try:
@@ -58,7 +57,6 @@ async def archive_idle_chat(run: WorkflowRun, chat_id: str, report: Callable[[st
             return True
         if exc.status != 409:
             raise
-        await retire_workflow_chat(run, report)
         return False
     return True
 

@@ -24,6 +24,7 @@ from .settle import SETTLED
 class Retired:
     """What became of the chat: ``archived``, ``already archived`` or ``left``, and why."""
 
+    chat_id: str
     action: str
     detail: str = ""
 
@@ -35,12 +36,12 @@ class Retired:
 async def retire_chat(ctx: StepContext, chat_id: str) -> Retired:
     chat = await ctx.client.get_chat(chat_id)
     if chat.archived:
-        return Retired("already archived")
+        return Retired(chat_id, "already archived")
     detail = ""
     if chat.status == "requires_action":
         answer = await answer_pause(ctx, chat_id, "retire")
         if answer.blocked:
-            return Retired("left", answer.summary())
+            return Retired(chat_id, "left", answer.summary())
         detail = answer.summary()
     await _stop_run(ctx, chat_id)
     session = ChatSession(
@@ -52,7 +53,7 @@ async def retire_chat(ctx: StepContext, chat_id: str) -> Retired:
         before_action=ctx.may_act,
     )
     await session.archive()  # retries its 409 while a stopped run winds down
-    return Retired("archived", detail)
+    return Retired(chat_id, "archived", detail)
 
 
 async def _stop_run(ctx: StepContext, chat_id: str) -> None:

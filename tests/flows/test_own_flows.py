@@ -269,3 +269,27 @@ async def test_a_persons_answer_is_kept_and_a_rerun_is_not_asked_again(
     requests = len(sim.records.requests)
     assert await refund_order(order_id="12", complaint="Broken screen") == first
     assert len(sim.records.requests) == requests and list(payments.applied.values()) == [1]
+
+
+async def test_a_workflow_whose_last_turn_came_from_the_store_says_its_chat_is_archived(
+    sim: Simulator, coder_env: Path
+) -> None:
+    """A run that ends a workflow whose turns an earlier try finished retires its chat the
+    whole way (it did not see the chat left idle), and its end still names that chat: the
+    line a run of many workflows puts in its progress artifact."""
+    tries: list[DurableChat] = []
+
+    @flow(retries=1, retry_delay_seconds=0)
+    async def ends_on_a_retry() -> str:
+        async with DurableChat("wf-retired", owns_run=False) as chat:
+            tries.append(chat)
+            await chat.turn("the only turn")
+            if len(tries) == 1:
+                raise RuntimeError("the flow's own code failed after the turn, once")
+        return chat.summary()
+
+    said = await ends_on_a_retry()
+    assert [r.verdict for r in tries[-1].results] == ["stored"]
+    chat_id = tries[-1].results[0].chat_id
+    assert sim.chat(chat_id).archived
+    assert said == f"1 step(s), 1 stored; its chat {chat_id} is archived"
