@@ -278,8 +278,10 @@ def _cell(text: str, limit: int = 300) -> str:
 
 
 def slug(text: str) -> str:
-    """An artifact key for ``text``: lowercase letters, digits and dashes."""
-    return "".join(c if c.isalnum() else "-" for c in text.lower())[:80].strip("-") or "workflow"
+    """An artifact key for ``text``: lowercase ASCII letters, digits and dashes (any other
+    letter too would make a key Prefect refuses, and a file name too long for its bytes)."""
+    kept = (c if c.isascii() and c.isalnum() else "-" for c in text.lower())
+    return "".join(kept)[:80].strip("-") or "workflow"
 
 
 async def deployment_name() -> str:

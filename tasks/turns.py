@@ -11,6 +11,7 @@ machine that ran the step. Retries happen only for failures
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 from prefect.client.schemas.objects import State
@@ -39,19 +40,23 @@ def step_line(run: WorkflowRun, result: StepResult) -> str:
 
 
 def step_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
+    """Prefect's cache key of ``run_turn``: :func:`step_key` of its run's ids."""
+    run: WorkflowRun = parameters["run"]
+    return step_key(run.tenant, run.workflow_id, parameters["step"], str(parameters["prompt"]))
+
+
+def step_key(tenant: str, workflow_id: str, step: int, prompt: str) -> str:
     """Ids only (tenant, workflow, step, the prompt), never the inputs hashed whole: a
     re-run of the same workflow on this machine skips its finished steps.
 
     One flat file name (``prefect-coder-trip-7-step-2-…``): the key names the result's
     file, and a key with slashes made a directory per workflow and step, one ``mkdir``
     and one more path component to resolve on every result written or looked up. The
-    workflow id is in it for a person to read; the digest of all the ids tells keys apart.
+    workflow id is in it for a person to read (ASCII, at most 60 characters, so that the
+    name fits any file system); the digest of all the ids tells keys apart.
     """
-    run: WorkflowRun = parameters["run"]
-    step, prompt = parameters["step"], str(parameters["prompt"])
-    ids = "\0".join([run.tenant, run.workflow_id, str(step), prompt])
-    digest = hashlib.sha256(ids.encode()).hexdigest()[:24]
-    return f"prefect-coder-{slug(run.workflow_id)[:60]}-step-{step}-{digest}"
+    digest = hashlib.sha256(json.dumps([tenant, workflow_id, step, prompt]).encode()).hexdigest()
+    return f"prefect-coder-{slug(workflow_id)[:60]}-step-{step}-{digest[:24]}"
 
 
 @durable_task(
