@@ -657,7 +657,11 @@ def steadiness(rows: dict[str, list[Row]]) -> None:
     if b and c:  # each round's c beside the b that ran just before it
         rounds = list(zip(b, c, strict=True))
         walls = [y.wall / x.wall for x, y in rounds]
-        cpus = [(y.cpu_ms_per_step or 0.0) / (x.cpu_ms_per_step or 1.0) for x, y in rounds]
+        cpus = [
+            y.cpu_ms_per_step / x.cpu_ms_per_step
+            for x, y in rounds
+            if y.cpu_ms_per_step is not None and x.cpu_ms_per_step
+        ]
         print(
             f"  c/b round by round, wall: {', '.join(f'{r:.2f}' for r in walls)}; "
             f"CPU/step: {', '.join(f'{r:.2f}' for r in cpus)}"
@@ -667,7 +671,7 @@ def steadiness(rows: dict[str, list[Row]]) -> None:
         # beside the b run just before it, and the middle of those ratios is the figure.
         print(
             f"  c/b, median of the rounds: wall {statistics.median(walls):.2f}, "
-            f"CPU/step {statistics.median(cpus):.2f}"
+            f"CPU/step {statistics.median(cpus) if cpus else float('nan'):.2f}"
         )
 
 
