@@ -128,7 +128,9 @@ class DurableChat:
         owns_run: The workflow is its flow run's only one: the run is named after it,
             has its progress and transcript artifacts, and marks the run it replaces
             superseded. A flow run that holds many workflows passes ``False`` and does
-            those itself; every line then names the workflow.
+            those itself; every line then names the workflow, and the workflow's end is
+            not logged: :meth:`summary` says it, for the flow to put where it shows
+            each workflow (``durable_chats``: its progress artifact).
     """
 
     def __init__(
