@@ -10,7 +10,9 @@ from pathlib import Path
 
 async def test_demo_recovers_and_charges_exactly_once(tmp_path: Path) -> None:
     exe = Path(sys.executable).parent / "prefect-coder"
-    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home")}
+    # The demo keeps its work folder for a person to look at; the test's goes in its own
+    # temporary directory (TMPDIR), so that each run does not leave one in /tmp.
+    env = {**os.environ, "PREFECT_HOME": str(tmp_path / "prefect-home"), "TMPDIR": str(tmp_path)}
     env.pop("PREFECT_API_URL", None)
     process = await asyncio.create_subprocess_exec(
         str(exe), "demo", env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
