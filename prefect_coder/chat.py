@@ -444,9 +444,10 @@ class DurableChat:
         this run's last turn left it idle; else (no turn ran here, or a prompt that landed
         late is running) settle and answer it first, from the ledger, and say what was done."""
         last = self.results[-1] if self.results else None
-        left_idle = last is not None and last.verdict in ("ran", "recovered", "resubmitted")
-        if last is not None and left_idle and await archive_idle_chat(self.run, last.chat_id):
-            return last.chat_id
+        # A turn of this run saw the chat settle: archiving it is one request.
+        settled_here = last is not None and last.verdict in ("ran", "recovered", "resubmitted")
+        if settled_here and await archive_idle_chat(self.run, self.results[-1].chat_id):
+            return self.results[-1].chat_id
         retired = await retire_workflow_chat(self.run, log.info)
         return retired.chat_id if retired is not None and retired.done else None
 
