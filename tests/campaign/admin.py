@@ -22,10 +22,15 @@ class Admin:
     """A client of one simulator's admin routes."""
 
     def __init__(self, base_url: str, token: str) -> None:
+        # A fresh connection per call. The admin calls come seconds apart, and a
+        # pooled connection can be closed by the server's keep-alive timeout (5 s in
+        # uvicorn) in the instant the next call is written on it: that call then fails
+        # with a reset (httpx.ReadError), and a harness error hides the schedule.
         self._http = httpx.AsyncClient(
             base_url=f"{base_url}/simulator/v1",
             headers={"Coder-Session-Token": token},
             timeout=30,
+            limits=httpx.Limits(max_keepalive_connections=0),
         )
 
     async def __aenter__(self) -> Admin:
