@@ -445,9 +445,12 @@ class DurableChat:
         late is running) settle and answer it first, from the ledger, and say what was done."""
         last = self.results[-1] if self.results else None
         # A turn of this run saw the chat settle: archiving it is one request.
-        settled_here = last is not None and last.verdict in ("ran", "recovered", "resubmitted")
-        if settled_here and await archive_idle_chat(self.run, self.results[-1].chat_id):
-            return self.results[-1].chat_id
+        if (
+            last is not None
+            and last.verdict in ("ran", "recovered", "resubmitted")
+            and await archive_idle_chat(self.run, last.chat_id)
+        ):
+            return last.chat_id
         retired = await retire_workflow_chat(self.run, log.info)
         return retired.chat_id if retired is not None and retired.done else None
 
