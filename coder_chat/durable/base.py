@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import datetime
 from typing import Any, ClassVar, Protocol, TypeVar
 
@@ -294,6 +294,9 @@ class BaseStore(ABC):
 
     async def save_inputs(self, fence: Fence, inputs: Sequence[Any]) -> None:
         await self._update_workflow(fence, {"inputs": list(inputs)}, "save_inputs")
+
+    async def save_patches(self, fence: Fence, patches: Mapping[str, bool]) -> None:
+        await self._update_workflow(fence, {"patches": dict(patches)}, "save_patches")
 
     async def list_workflows(
         self,

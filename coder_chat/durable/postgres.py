@@ -130,6 +130,10 @@ INSERT INTO {s}.meta (key, value) VALUES ('store_id', replace(gen_random_uuid():
     # No table changes either: a workflow keeps what it was told between turns (its
     # inputs) in its JSON body, which version 3 code would report as malformed.
     4: "",
+    # No table changes: a workflow may be stored ``cancelled`` (a person stopped it) and
+    # keeps its patch decisions in its JSON body; version 4 code would report either as
+    # malformed.
+    5: "",
 }
 assert max(MIGRATIONS) == SCHEMA_VERSION, "every schema version needs its migration"
 

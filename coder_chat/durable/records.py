@@ -31,6 +31,9 @@ class WorkflowState(StrEnum):
     RUNNING = "running"
     FINISHED = "finished"
     FAILED = "failed"
+    #: A person stopped it (cancelled its run, or ``prefect-coder workflows cancel``): its
+    #: chat is archived and nothing relaunches it; ``resume`` carries it on.
+    CANCELLED = "cancelled"
 
 
 class Record(BaseModel):
@@ -57,6 +60,9 @@ class WorkflowRecord(Record):
     #: What the workflow was told between its turns (a person's answer, in order): kept,
     #: so that a run that goes again is told the same and decides the same.
     inputs: list[Any] = Field(default_factory=list)
+    #: Each patch this workflow met (``chat.patched(name)``) and what it decided: kept, so
+    #: that every later run, on any machine, decides the same.
+    patches: dict[str, bool] = Field(default_factory=dict)
     updated_at: datetime = Field(default_factory=utcnow)
 
 

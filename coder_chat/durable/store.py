@@ -12,7 +12,7 @@ so a sweep acts only on the chats of its own store.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -29,7 +29,7 @@ from .records import (
 )
 
 #: The schema version this code writes; a store holding a newer one is refused.
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 class FencedOut(CoderStoreError):
@@ -126,6 +126,10 @@ class DurableStore(Protocol):
 
     async def save_inputs(self, fence: Fence, inputs: Sequence[Any]) -> None:
         """What the workflow was told between turns, in order (JSON values), all of it."""
+        ...
+
+    async def save_patches(self, fence: Fence, patches: Mapping[str, bool]) -> None:
+        """Every patch the workflow met and what it decided, all of them."""
         ...
 
     async def finish(self, fence: Fence, state: WorkflowState) -> None: ...
