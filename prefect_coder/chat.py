@@ -7,7 +7,7 @@
         async with DurableChat(f"refund-{order_id}", tools=[issue_refund]) as chat:
             plan = await chat.turn(f"Plan the refund of order {order_id}", output=RefundPlan)
             if plan.output.amount_cents > 10_000:
-                await pause_flow_run(wait_for_input=Approval)
+                approval = await chat.wait_for_input(Approval)
             await chat.turn("Issue the refund")
 
 The k-th turn of a workflow is its step k. Each turn is one Prefect task
@@ -15,11 +15,15 @@ The k-th turn of a workflow is its step k. Each turn is one Prefect task
 never sent again. A re-run of the flow, on any machine, replays its finished turns
 from the store, so the code between turns runs again on the same answers and must
 decide the same way; a turn whose prompt differs from what its step ran is refused
-(:class:`~coder_chat.durable.records.PromptChanged`), and nothing is changed.
+(:class:`~coder_chat.durable.records.PromptChanged`), and nothing is changed. A prompt
+changes under running workflows behind :meth:`DurableChat.patched`.
 
 Entering begins the workflow: it takes the workflow's next fencing epoch (so a
 superseded run can never act again), names the flow run after it, marks the run it
-replaces superseded, and keeps a heartbeat for the orphan sweep. Leaving ends it:
+replaces superseded, and keeps a heartbeat for the orphan sweep. A workflow that
+ran before is replayed first: its finished steps come from the store and nothing is
+taken until the run goes on past them, so a run refused on the way (its code changed)
+leaves the workflow exactly as it was. Leaving ends it:
 its chat archived and the workflow stored as finished, or, after a definitive
 failure, archived and marked failed. A crash ends nothing: the sweep relaunches the
 run, and a pause or a suspension ends nothing either (the run resumes where it was).
@@ -162,6 +166,10 @@ class DurableChat:
         self._began: Began | None = None
         self._heart: asyncio.Task[None] | None = None
         self._progress: Progress | None = None
+        #: Each patch the workflow met and what it decided (``patched``); the names of the
+        #: decisions not yet in the store, written before the next turn sends.
+        self._patches: dict[str, bool] = {}
+        self._unsaved_patches: set[str] = set()
         #: The name of the run this one took over from, when it marked it superseded.
         self.took_over_from: str | None = None
         #: The chat this run archived at the workflow's end (its id), if it did.
@@ -210,7 +218,8 @@ class DurableChat:
             )
         )
         self._inputs = list(began.before.inputs) if began.before else []
-        if began.replay:
+        self._patches = dict(began.before.patches) if began.before else {}
+        if began.finished_before:
             log.info(
                 f"Workflow {self.workflow_id} finished in an earlier run: its finished steps "
                 "come from the store, and nothing is sent or written again."
@@ -218,6 +227,16 @@ class DurableChat:
             if self.owns_run and began.run.flow_run_id is not None:
                 name = replay_name(self.workflow_id)
                 await name_the_run(began.run.flow_run_id, current_flow_run.name or "", name, log)
+            return self
+        if began.replay:
+            log.info(
+                f"Workflow {self.workflow_id}: {len(began.stored)} step(s) finished in earlier "
+                "runs come from the store; this run takes the workflow over at its first new "
+                "step, and changes nothing before."
+            )
+            if failure is not None:
+                await self._end(failure, log)
+                raise failure
             return self
         try:
             if failure is not None:
@@ -297,6 +316,7 @@ class DurableChat:
         else:
             if began.replay:
                 await self._go_on(began)
+            await self._save_patches()
             result = await self._run_turn(step, prompt, output)
         self.results.append(result)
         self._prompts.append(prompt)
@@ -342,6 +362,42 @@ class DurableChat:
         self._inputs_used = number
         return answer
 
+    def patched(self, name: str) -> bool:
+        """Whether this workflow takes the code path of patch ``name``, decided once.
+
+        Change a prompt under running workflows behind a patch::
+
+            if chat.patched("shorter-plan"):
+                plan = await chat.turn("Plan it in three lines")
+            else:
+                plan = await chat.turn("Plan it")
+
+        True for a workflow that reaches this point with the patch deployed; False for
+        one that had already passed it (its next step was sent before), so that its
+        replay takes the path it took. The decision is kept in the store with the
+        workflow, so every later run, on any machine, decides the same. Name each patch
+        once per workflow; a patch stays in the code while workflows that passed it
+        without it may still run.
+        """
+        began = self._began
+        if began is None:
+            raise CoderConfigError("use the DurableChat in 'async with' before asking for patches")
+        decided = self._patches.get(name)
+        if decided is None:
+            decided = len(self.results) + 1 > began.last_sent_step
+            self._patches[name] = decided
+            self._unsaved_patches.add(name)
+        return decided
+
+    async def _save_patches(self) -> None:
+        """Write this run's patch decisions before its next send (a run that stops before
+        sending anything decides the same again)."""
+        if not self._unsaved_patches:
+            return
+        run, patches = self.run, dict(self._patches)
+        await with_retries(lambda: run.runtime.store.save_patches(run.fence, patches))
+        self._unsaved_patches.clear()
+
     def _input_title(self, number: int) -> str:
         name = f"input {number}"
         return f"{self.workflow_id}, {name}" if not self.owns_run else name[:1].upper() + name[1:]
@@ -363,7 +419,7 @@ class DurableChat:
     async def _go_on(self, began: Began) -> None:
         """A turn past the end of a workflow that finished earlier: it goes on only when
         its chat was kept (``archive_at_end`` off); then this run takes it over."""
-        if began.before is None or began.before.archive_at_end:
+        if began.finished_before and (began.before is None or began.before.archive_at_end):
             raise WorkflowFinished(
                 f"workflow {self.workflow_id!r} finished after {len(began.stored)} step(s) "
                 "and archived its chat, so it takes no more turns; use a new workflow id"
@@ -385,8 +441,26 @@ class DurableChat:
     async def _end(self, exc: BaseException | None, log: LoggingAdapter) -> None:
         await self._stop_beating()
         began = self._began
-        if began is None or began.replay:
-            return  # nothing was taken, so nothing is left to end
+        if began is None:
+            return
+        if isinstance(exc, PromptChanged | WorkflowFinished):
+            log.error(f"{_capitalised(str(exc))} {self._left_as_it_was(began)}")
+            return
+        if began.replay:
+            if began.finished_before or not _ends_workflow(exc):
+                return  # nothing was taken, so nothing is left to end
+            # It ran before and this run replayed it to its end (or failed on the way):
+            # ending it is acting for it, so this run takes it over first.
+            try:
+                await self._go_on(began)
+            except CoderStoreError as lost:
+                await self._lost(lost, log)
+                raise
+            await self._stop_beating()
+        await self._end_held(exc, log)
+
+    async def _end_held(self, exc: BaseException | None, log: LoggingAdapter) -> None:
+        """End the workflow this run holds, as ``exc`` (``None``: it finished) says."""
         if exc is None:
             try:
                 await self._finished(log)
@@ -402,8 +476,6 @@ class DurableChat:
                 raise
         elif isinstance(exc, FencedOut):
             await self._superseded(exc, log)
-        elif isinstance(exc, PromptChanged | WorkflowFinished):
-            log.error(f"{_capitalised(str(exc))} The workflow is left as it was.")
         elif isinstance(exc, Exception) and not _will_retry():
             if await self._was_superseded():
                 await self._superseded(exc, log)  # its failure came after it lost the workflow
@@ -417,6 +489,16 @@ class DurableChat:
                 await self._superseded(exc, log)
         # Anything else ends nothing: a crash, a cancellation, a pause or suspension
         # (the run resumes), or a failure the flow's own retries take again.
+
+    def _left_as_it_was(self, began: Began) -> str:
+        """What a refused run says of the workflow it was refused for."""
+        if not began.replay:
+            return "The workflow is left as it was."
+        return (
+            "This run took nothing from the workflow: it is left exactly as it was (its runs, "
+            "epoch and state), for its own runs to carry on. To change a prompt for workflows "
+            'already past it, put the change behind chat.patched("a-name").'
+        )
 
     async def _finished(self, log: LoggingAdapter) -> None:
         run = self.run
@@ -505,6 +587,14 @@ def tally(results: Sequence[StepResult]) -> str:
     for result in results:
         counts[result.verdict] = counts.get(result.verdict, 0) + 1
     return f"{len(results)} step(s), " + ", ".join(f"{n} {v}" for v, n in counts.items())
+
+
+def _ends_workflow(exc: BaseException | None) -> bool:
+    """Whether leaving the chat this way ends the workflow: it finished, or failed for
+    good. A crash, a cancellation, a pause or a failure the flow retries ends nothing."""
+    return exc is None or (
+        isinstance(exc, Exception) and not isinstance(exc, FencedOut) and not _will_retry()
+    )
 
 
 def _will_retry() -> bool:

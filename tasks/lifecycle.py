@@ -7,6 +7,7 @@ from collections.abc import Callable
 from prefect.logging.loggers import LoggingAdapter
 
 from coder_chat import CoderApiError, CoderError
+from coder_chat.durable.markers import step_number
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.retire import Retired, retire_chat
 from prefect_coder.tasks._runtime import durable_task, run_log, with_retries
@@ -33,7 +34,7 @@ async def retire_workflow_chat(run: WorkflowRun, report: Callable[[str], None]) 
         return None
     chat_id = workflow.chat_id
     record = await store.get_chat(run.tenant, chat_id)
-    step = _step_of(record.journal.marker if record and record.journal else "")
+    step = step_number(record.journal.marker if record and record.journal else "")
     retired = await retire_chat(run.step_context(step, report), chat_id)
     if retired.done:
         report(f"Chat {chat_id} of workflow {run.workflow_id} is {retired.action}.")
@@ -83,8 +84,3 @@ async def end_failed_workflow(run: WorkflowRun, log: LoggingAdapter) -> bool:
     await finish_workflow(run, WorkflowState.FAILED)
     log.info(f"Workflow {workflow_id} is marked failed; the sweep will not relaunch it.")
     return True
-
-
-def _step_of(marker: str) -> int:
-    digits = marker.rsplit("step-", 1)[-1].rstrip("]")
-    return int(digits) if digits.isdigit() else 0

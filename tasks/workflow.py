@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from coder_chat import CoderError
 from coder_chat.durable.context import ChatSetup, StepContext, StepTools
 from coder_chat.durable.fence import FenceGuard
+from coder_chat.durable.markers import step_number
 from coder_chat.durable.records import Fence, StepRecord, WorkflowRecord, WorkflowState
 from coder_chat.durable.store import FencedOut
 from prefect_coder.blocks import CoderCredentials
@@ -139,8 +140,10 @@ class Began:
     """What beginning a run found and took."""
 
     run: WorkflowRun
-    #: The workflow finished in an earlier run: nothing was taken, nothing is written
-    #: unless the flow goes on past its finished steps.
+    #: Nothing was taken yet: the workflow ran before, and this run replays its finished
+    #: steps from the store, writing nothing, until it goes on past them (then it takes
+    #: the workflow's next epoch). A run refused on the way (a changed prompt) leaves the
+    #: workflow exactly as it was.
     replay: bool
     #: The workflow's finished steps, by number (read once, when it ran before).
     stored: dict[int, StepRecord] = field(default_factory=dict)
@@ -148,21 +151,44 @@ class Began:
     previous_run: str | None = None
     #: The workflow as the store held it before this run.
     before: WorkflowRecord | None = None
+    #: The last step an earlier run sent (finished or not): a patch met before it was
+    #: passed without the patch.
+    last_sent_step: int = 0
+
+    @property
+    def finished_before(self) -> bool:
+        """The workflow had finished in an earlier run."""
+        return self.before is not None and self.before.state == WorkflowState.FINISHED
 
 
 async def begin_workflow(workflow: Workflow) -> Began:
-    """Take the workflow's next epoch, or replay it when it finished earlier."""
+    """Take the workflow's next epoch when it is new or nothing of it finished; else
+    replay it from the store, taking nothing until the run goes on past what is stored."""
     rt = runtime(workflow.credentials, workflow.ledger)
     wid = workflow.workflow_id
     before = await with_retries(lambda: rt.store.get_workflow(rt.tenant, wid))
-    if before is not None and before.state == WorkflowState.FINISHED:
-        fence = Fence(tenant=rt.tenant, workflow_id=wid, epoch=before.epoch)
-        run = WorkflowRun(workflow, fence, rt)
-        return Began(run, True, await _stored(rt, wid), before=before)
-    run = WorkflowRun(workflow, await take_epoch(rt, workflow), rt)
     stored = await _stored(rt, wid) if before is not None else {}
     previous = before.flow_run_id if before and before.state == WorkflowState.RUNNING else None
+    if before is not None and (stored or before.state == WorkflowState.FINISHED):
+        fence = Fence(tenant=rt.tenant, workflow_id=wid, epoch=before.epoch)
+        run = WorkflowRun(workflow, fence, rt)
+        sent = max(stored, default=0)
+        if before.state != WorkflowState.FINISHED:
+            sent = max(sent, await _step_in_flight(rt, before))
+        return Began(run, True, stored, previous, before, sent)
+    run = WorkflowRun(workflow, await take_epoch(rt, workflow), rt)
     return Began(run, False, stored, previous, before)
+
+
+async def _step_in_flight(rt: Runtime, before: WorkflowRecord) -> int:
+    """The step an earlier run was sending on the workflow's chat when it stopped (its
+    journal's), or 0."""
+    if before.chat_id is None:
+        return 0
+    chat_id = before.chat_id
+    record = await with_retries(lambda: rt.store.get_chat(rt.tenant, chat_id))
+    marker = record.journal.marker if record and record.journal else ""
+    return step_number(marker)
 
 
 async def take_epoch(rt: Runtime, workflow: Workflow) -> Fence:

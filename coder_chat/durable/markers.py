@@ -48,6 +48,12 @@ def marker_in(text: str) -> str | None:
     return found.group(0) if found else None
 
 
+def step_number(marker: str) -> int:
+    """The step a marker names (``[trip-7/step-2]`` is 2); 0 for no marker."""
+    found = _MARKER.fullmatch(marker)
+    return int(found.group(2)) if found else 0
+
+
 def marked(message: ChatMessage, marker: str) -> bool:
     return message.role == "user" and marker in message.text()
 
