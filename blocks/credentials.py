@@ -19,13 +19,19 @@ class CoderCredentials(CredentialsBlock):
     """Credentials for a Coder deployment's chat API (Coder Agents).
 
     Example:
-        Load saved credentials and run a turn:
+        Load saved credentials and run a turn (in async code, such as an async flow, load
+        with ``await CoderCredentials.aload("BLOCK_NAME")``):
         ```python
         from prefect_coder.blocks import CoderCredentials
 
         credentials = CoderCredentials.load("BLOCK_NAME")
-        session = credentials.session(labels={"workflow": "nightly"})
-        result = await session.generate("Summarise the open issues.")
+
+
+        async def summarise() -> str:
+            session = credentials.session(labels={"workflow": "nightly"})
+            result = await session.generate("Summarise the open issues.")
+            await session.aclose()
+            return result.text
         ```
     """
 

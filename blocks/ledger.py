@@ -19,7 +19,8 @@ class SqliteLedger(Block):
     """The embedded durable store: one SQLite file on this machine (the default).
 
     Example:
-        Open the store of a saved block:
+        Open the store of a saved block (in async code, such as an async flow, load
+        with ``await SqliteLedger.aload("BLOCK_NAME")``):
         ```python
         from prefect_coder.blocks import SqliteLedger
 
@@ -69,7 +70,8 @@ class PostgresLedger(Block):
     """The shared durable store on PostgreSQL, for workers on several machines.
 
     Example:
-        Open the store of a saved block:
+        Open the store of a saved block (in async code, such as an async flow, load
+        with ``await PostgresLedger.aload("BLOCK_NAME")``):
         ```python
         from prefect_coder.blocks import PostgresLedger
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import inspect
 import os
 import sys
 import uuid
@@ -11,9 +12,10 @@ import weakref
 from importlib.metadata import entry_points
 from pathlib import Path
 from subprocess import PIPE, STDOUT
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
+from prefect import flow
 from prefect.blocks.core import Block
 from prefect.client.orchestration import get_client
 from prefect.settings import PREFECT_API_URL
@@ -23,7 +25,9 @@ from pydantic import SecretStr
 from coder_chat import ChatClient, CoderConfigError
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
+from prefect_coder import DurableChat
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
+from prefect_coder.tasks._runtime import checked_blocks
 
 ALL_BLOCKS: list[type[Block]] = [CoderCredentials, SqliteLedger, PostgresLedger]
 B = TypeVar("B", bound=Block)
@@ -90,6 +94,75 @@ async def test_ledger_blocks_round_trip(tmp_path: Path) -> None:
     record = await store.get_workflow("org", "wf-block")
     assert record is not None and record.last_seen_message_id == 7
     await store.close()
+
+
+@flow(name="blocks-loaded-in-an-async-flow")
+async def one_turn_with_saved_blocks(
+    workflow_id: str, credentials_name: str, ledger_name: str, not_awaited: str = ""
+) -> str:
+    """A user's async flow that loads its blocks, awaiting all but ``not_awaited``."""
+    credentials: Any = (
+        CoderCredentials.load(credentials_name)
+        if not_awaited == "credentials"
+        else await CoderCredentials.aload(credentials_name)
+    )
+    ledger: Any = (
+        SqliteLedger.load(ledger_name)
+        if not_awaited == "ledger"
+        else await SqliteLedger.aload(ledger_name)
+    )
+    async with DurableChat(workflow_id, credentials=credentials, ledger=ledger) as chat:
+        return (await chat.turn("hello")).text
+
+
+@pytest.mark.usefixtures("prefect_api")
+@pytest.mark.parametrize("not_awaited", ["ledger", "credentials"])
+async def test_a_block_loaded_without_await_in_an_async_flow_says_to_await_it(
+    sim: Simulator, tmp_path: Path, not_awaited: str
+) -> None:
+    """``SqliteLedger.load(name)`` in an async flow is a coroutine (Prefect's dispatch): the
+    run fails at once with a CoderConfigError that names ``aload``, not an AttributeError
+    deep inside; awaited, the same blocks run the turn."""
+    suffix = uuid.uuid4().hex[:8]
+    credentials_name, ledger_name = f"creds-{suffix}", f"sqlite-{suffix}"
+    await CoderCredentials(
+        base_url=sim.base_url, token=SecretStr(sim.token), organization_id=str(sim.organization_id)
+    ).asave(credentials_name)
+    await SqliteLedger(path=str(tmp_path / "ledger.db")).asave(ledger_name)
+    cls = "SqliteLedger" if not_awaited == "ledger" else "CoderCredentials"
+    with pytest.raises(CoderConfigError) as raised:
+        await one_turn_with_saved_blocks(
+            f"wf-unawaited-{suffix}", credentials_name, ledger_name, not_awaited
+        )
+    message = str(raised.value)
+    assert message.startswith(f"{not_awaited} is a coroutine, not a "), message
+    assert f"await {cls}.aload(" in message, message
+    assert not sim.chats()  # nothing was sent
+
+    text = await one_turn_with_saved_blocks(f"wf-awaited-{suffix}", credentials_name, ledger_name)
+    assert text == f'You said: "[wf-awaited-{suffix}/step-1] hello"'
+    store = SqliteStore(tmp_path / "ledger.db")
+    record = await store.get_workflow(str(sim.organization_id), f"wf-awaited-{suffix}")
+    await store.close()
+    assert record is not None and record.state == "finished"
+
+
+async def test_a_coroutine_or_a_wrong_value_for_a_block_is_refused_clearly() -> None:
+    """The coroutine is closed (no "never awaited" warning); a name is not a block."""
+
+    async def aload() -> SqliteLedger:
+        return SqliteLedger(path="x")
+
+    pending = aload()
+    with pytest.raises(CoderConfigError, match=r"ledger is a coroutine.*await PostgresLedger"):
+        checked_blocks(None, pending)
+    assert inspect.getcoroutinestate(pending) == inspect.CORO_CLOSED
+    with pytest.raises(CoderConfigError, match=r"ledger is a str \('prod'\), not a SqliteLedger"):
+        checked_blocks(None, "prod")
+    with pytest.raises(CoderConfigError, match=r"credentials is a dict .* CoderCredentials block"):
+        checked_blocks({"base_url": "http://x"}, None)
+    ledger = SqliteLedger(path="x")
+    assert checked_blocks(None, ledger) == (None, ledger)
 
 
 def test_credentials_fall_back_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
