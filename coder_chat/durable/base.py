@@ -31,7 +31,8 @@ from __future__ import annotations
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, ClassVar, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -56,6 +57,26 @@ M = TypeVar("M", bound=BaseModel)
 #: Field changes of one record, applied over the stored record as it is when the write
 #: lands (top-level fields replaced whole, like ``model_copy(update=...)``).
 Changes = dict[str, Any]
+
+#: The states a workflow may be pruned in: it ended. A running workflow is never pruned.
+ENDED_STATES = (WorkflowState.FINISHED, WorkflowState.FAILED, WorkflowState.CANCELLED)
+#: How the sweep's own records (one lease per deployment) begin: never pruned.
+SWEEP_PREFIX = "prefect-coder-sweep"
+
+
+@dataclass(frozen=True)
+class PruneRule:
+    """Which workflows a prune takes: of ``tenant``, in one of ``states`` (never running),
+    last written before ``ended_before`` (their ``updated_at``: when they ended), of
+    ``deployment`` when given, and never the sweep's own records (:data:`SWEEP_PREFIX`).
+    A backend states the whole rule in its SQL, the refusals included."""
+
+    tenant: str
+    #: State names, none of them ``running``.
+    states: tuple[str, ...]
+    #: Aware, in UTC.
+    ended_before: datetime
+    deployment: str | None = None
 
 
 class Transaction(Protocol):
@@ -104,6 +125,14 @@ class Transaction(Protocol):
         """Everything :class:`StepView` holds, from one snapshot (one statement)."""
         ...
 
+    async def workflow_chats(self, tenant: str, workflow_id: str) -> list[ChatRecord]:
+        """The chats journaled for one workflow, by chat id."""
+        ...
+
+    async def prunable(self, rule: PruneRule) -> list[WorkflowRecord]:
+        """The workflows :meth:`prune` would delete now, by workflow id."""
+        ...
+
     # -- writes
     async def start_run(self, new: WorkflowRecord, run: Changes) -> WorkflowRecord:
         """Insert ``new`` (epoch 1), or give the workflow there its next epoch and ``run``."""
@@ -139,6 +168,13 @@ class Transaction(Protocol):
         self, fence: Fence, chat_id: str, tool_call_id: str, changes: Changes
     ) -> LedgerEntry | None:
         """The entry with ``changes``; None when the fence does not hold or no entry exists."""
+        ...
+
+    async def prune(self, rule: PruneRule) -> list[str]:
+        """Delete the workflows ``rule`` takes with their steps, their chats and the ledger
+        entries of those chats (the chats journaled for them, their steps' chats and their
+        checkpoint's), all or nothing; the ids deleted, by workflow id. Unfenced: it takes
+        only ended workflows, which no run acts for."""
         ...
 
 
@@ -363,6 +399,34 @@ class BaseStore(ABC):
     async def list_chats(self, tenant: str, *, discarded: bool | None = None) -> list[ChatRecord]:
         return await self._read("list_chats", lambda tx: tx.chats(tenant, discarded))
 
+    async def list_workflow_chats(self, tenant: str, workflow_id: str) -> list[ChatRecord]:
+        return await self._read(
+            "list_workflow_chats", lambda tx: tx.workflow_chats(tenant, workflow_id)
+        )
+
+    # -- pruning ended workflows -----------------------------------------------------------
+    async def list_prunable(
+        self,
+        tenant: str,
+        *,
+        ended_before: datetime,
+        states: Sequence[WorkflowState | str] | None = None,
+        deployment: str | None = None,
+    ) -> list[WorkflowRecord]:
+        rule = prune_rule(tenant, ended_before, states, deployment)
+        return await self._read("list_prunable", lambda tx: tx.prunable(rule))
+
+    async def prune_workflows(
+        self,
+        tenant: str,
+        *,
+        ended_before: datetime,
+        states: Sequence[WorkflowState | str] | None = None,
+        deployment: str | None = None,
+    ) -> list[str]:
+        rule = prune_rule(tenant, ended_before, states, deployment)
+        return await self._write("prune_workflows", lambda tx: tx.prune(rule))
+
     # -- the tool ledger -----------------------------------------------------------------
     async def claim_tool(
         self,
@@ -422,6 +486,33 @@ class BaseStore(ABC):
 
 
 # -- the rules ----------------------------------------------------------------------------
+
+
+def prune_rule(
+    tenant: str,
+    ended_before: datetime,
+    states: Sequence[WorkflowState | str] | None,
+    deployment: str | None,
+) -> PruneRule:
+    """The rule of a prune; ``states`` default to every ended state. Asking for running
+    workflows, or giving a time without its zone, is refused."""
+    try:
+        chosen = [WorkflowState(s) for s in (states or ENDED_STATES)]
+    except ValueError as exc:
+        raise CoderConfigError(f"cannot prune workflows: {exc}") from None
+    if WorkflowState.RUNNING in chosen:
+        raise CoderConfigError(
+            "a running workflow is never pruned: choose among "
+            + ", ".join(str(s) for s in ENDED_STATES)
+        )
+    if ended_before.tzinfo is None or ended_before.utcoffset() is None:
+        raise CoderConfigError(f"ended_before needs a time zone (got {ended_before.isoformat()})")
+    return PruneRule(
+        tenant=tenant,
+        states=tuple(dict.fromkeys(str(s) for s in chosen)),
+        ended_before=ended_before.astimezone(UTC),
+        deployment=deployment,
+    )
 
 
 def fence_holds(fence: Fence, epoch: int | None) -> bool:

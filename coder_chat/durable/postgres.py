@@ -58,7 +58,7 @@ from asyncpg.pool import PoolConnectionProxy
 from pydantic import BaseModel
 
 from ..errors import CoderConfigError, CoderStoreError
-from .base import BaseStore, Changes, Op, parse_row, step_view_of
+from .base import SWEEP_PREFIX, BaseStore, Changes, Op, PruneRule, parse_row, step_view_of
 from .records import (
     ChatRecord,
     Fence,
@@ -731,6 +731,19 @@ class _PgTransaction:
         bodies = await self._bodies(sql + " ORDER BY chat_id", *args)
         return [parse_row(ChatRecord, body, "chats") for body in bodies]
 
+    async def workflow_chats(self, tenant: str, workflow_id: str) -> list[ChatRecord]:
+        bodies = await self._bodies(self._sql.workflow_chats, tenant, workflow_id)
+        return [parse_row(ChatRecord, body, "chats") for body in bodies]
+
+    # -- pruning
+    async def prunable(self, rule: PruneRule) -> list[WorkflowRecord]:
+        bodies = await self._bodies(self._sql.prunable, *_prune_args(rule))
+        return [parse_row(WorkflowRecord, body, "workflows") for body in bodies]
+
+    async def prune(self, rule: PruneRule) -> list[str]:
+        ids = await self._written(self._sql.prune, *_prune_args(rule))
+        return [str(i) for i in ids]
+
     # -- the ledger
     async def tool(self, tenant: str, chat_id: str, tool_call_id: str) -> LedgerEntry | None:
         body = await self._value(self._sql.ledger, tenant, chat_id, tool_call_id)
@@ -807,6 +820,10 @@ def _fence(fence: Fence) -> tuple[str, str, int]:
 def _changes(model: type[BaseModel], changes: Changes) -> str:
     """``changes`` as a JSON object, each field serialized exactly as ``model`` stores it."""
     return model.model_construct(**changes).model_dump_json(include=set(changes))
+
+
+def _prune_args(rule: PruneRule) -> tuple[Any, ...]:
+    return (rule.tenant, list(rule.states), SWEEP_PREFIX, rule.ended_before, rule.deployment)
 
 
 def _workflow_row(record: WorkflowRecord) -> tuple[Any, ...]:
@@ -889,6 +906,32 @@ class _Statements:
             "ON CONFLICT (tenant, workflow_id, step) "
             "DO UPDATE SET chat_id = EXCLUDED.chat_id, body = EXCLUDED.body) "
             "SELECT body FROM checkpoint"
+        )
+        self.workflow_chats = (
+            f"SELECT body FROM {s}.chats WHERE tenant = $1 AND workflow_id = $2 ORDER BY chat_id"
+        )
+        # A prune's rule ($1 tenant, $2 states, $3 the sweep's prefix, $4 ended before,
+        # $5 deployment or null): ended, never running, never a sweep's own record.
+        doomed = (
+            "tenant = $1 AND state <> 'running' AND state = ANY($2::text[]) "
+            "AND substr(workflow_id, 1, length($3::text)) <> $3::text "
+            "AND (body ->> 'updated_at')::timestamptz < $4::timestamptz "
+            "AND ($5::text IS NULL OR deployment = $5::text)"
+        )
+        self.prunable = f"SELECT body FROM {s}.workflows WHERE {doomed} ORDER BY workflow_id"
+        # One statement: the workflows, their steps, their chats and the ledger entries of
+        # every chat they name (journaled, a step's, the checkpoint's); all or nothing.
+        self.prune = (
+            f"WITH gone AS (DELETE FROM {s}.workflows WHERE {doomed} "
+            "  RETURNING workflow_id, body ->> 'chat_id' AS chat_id), "
+            f"steps AS (DELETE FROM {s}.steps WHERE tenant = $1 "
+            "  AND workflow_id IN (SELECT workflow_id FROM gone) RETURNING chat_id), "
+            f"chats AS (DELETE FROM {s}.chats WHERE tenant = $1 "
+            "  AND workflow_id IN (SELECT workflow_id FROM gone) RETURNING chat_id), "
+            f"ledger AS (DELETE FROM {s}.ledger WHERE tenant = $1 AND chat_id IN ("
+            "  SELECT chat_id FROM chats UNION SELECT chat_id FROM steps "
+            '  UNION SELECT chat_id COLLATE "C" FROM gone WHERE chat_id IS NOT NULL)) '
+            "SELECT coalesce(array_agg(workflow_id ORDER BY workflow_id), '{}') FROM gone"
         )
         fence = (
             f"fence AS MATERIALIZED (SELECT 1 FROM {s}.workflows "

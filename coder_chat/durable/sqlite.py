@@ -33,14 +33,23 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import CoderStoreError
-from .base import BaseStore, Changes, Op, fence_holds, parse_row, step_view_of
+from .base import (
+    SWEEP_PREFIX,
+    BaseStore,
+    Changes,
+    Op,
+    PruneRule,
+    fence_holds,
+    parse_row,
+    step_view_of,
+)
 from .records import (
     ChatRecord,
     Fence,
@@ -345,7 +354,7 @@ class _SqliteTransaction:
         row = self._conn.execute(sql, args).fetchone()
         return None if row is None else row[0]
 
-    def _bodies(self, sql: str, args: Sequence[object]) -> list[Any]:
+    def _bodies(self, sql: str, args: Sequence[object] | Mapping[str, object]) -> list[Any]:
         return [row[0] for row in self._conn.execute(sql, args).fetchall()]
 
     def _holds(self, fence: Fence) -> bool:
@@ -448,6 +457,46 @@ class _SqliteTransaction:
         bodies = self._bodies(sql + " ORDER BY chat_id", args)
         return [parse_row(ChatRecord, body, "chats") for body in bodies]
 
+    async def workflow_chats(self, tenant: str, workflow_id: str) -> list[ChatRecord]:
+        bodies = self._bodies(
+            "SELECT body FROM chats WHERE tenant = ? AND workflow_id = ? ORDER BY chat_id",
+            (tenant, workflow_id),
+        )
+        return [parse_row(ChatRecord, body, "chats") for body in bodies]
+
+    # -- pruning
+    async def prunable(self, rule: PruneRule) -> list[WorkflowRecord]:
+        where, args = _prune_where(rule)
+        bodies = self._bodies(
+            f"SELECT body FROM workflows WHERE {where} ORDER BY workflow_id", args
+        )
+        return [parse_row(WorkflowRecord, body, "workflows") for body in bodies]
+
+    async def prune(self, rule: PruneRule) -> list[str]:
+        # Inside BEGIN IMMEDIATE: nothing changes between these statements. Each states the
+        # whole rule, so none of them can reach a running workflow's rows.
+        where, args = _prune_where(rule)
+        doomed = f"SELECT workflow_id FROM workflows WHERE {where}"
+        ids = [str(i) for i in self._bodies(doomed + " ORDER BY workflow_id", args)]
+        if not ids:
+            return []
+        their_chats = (
+            f"SELECT chat_id FROM chats WHERE tenant = :tenant AND workflow_id IN ({doomed}) "
+            f"UNION SELECT chat_id FROM steps WHERE tenant = :tenant AND workflow_id IN ({doomed}) "
+            f"UNION SELECT json_extract(body, '$.chat_id') FROM workflows WHERE {where}"
+        )
+        self._conn.execute(
+            f"DELETE FROM ledger WHERE tenant = :tenant AND chat_id IN ({their_chats})", args
+        )
+        for table in ("chats", "steps"):
+            self._conn.execute(
+                f"DELETE FROM {table} WHERE tenant = :tenant AND workflow_id IN ({doomed})", args
+            )
+        deleted = self._conn.execute(f"DELETE FROM workflows WHERE {where}", args).rowcount
+        if deleted != len(ids):  # pragma: no cover - the write lock is held throughout
+            raise CoderStoreError(f"prune found {len(ids)} workflows but deleted {deleted}")
+        return ids
+
     # -- the ledger
     async def tool(self, tenant: str, chat_id: str, tool_call_id: str) -> LedgerEntry | None:
         body = self._one(
@@ -545,6 +594,29 @@ class _SqliteTransaction:
             {"tenant": tenant, "workflow_id": workflow_id, "step": step},
         ).fetchone()
         return step_view_of(*row)
+
+
+def _prune_where(rule: PruneRule) -> tuple[str, dict[str, object]]:
+    """The rule as a WHERE clause over ``workflows`` (named parameters): ended, in one of
+    the rule's states, last written before its time, never a sweep's own record."""
+    states = {f"state{i}": state for i, state in enumerate(rule.states)}
+    args: dict[str, object] = {
+        "tenant": rule.tenant,
+        "sweep": SWEEP_PREFIX,
+        "before": _stamp(rule.ended_before),
+        **states,
+    }
+    where = (
+        "tenant = :tenant AND state <> 'running' "
+        f"AND state IN ({', '.join(':' + name for name in states)}) "
+        "AND substr(workflow_id, 1, length(:sweep)) <> :sweep "
+        "AND julianday(CASE WHEN json_valid(body) THEN json_extract(body, '$.updated_at') END) "
+        "< julianday(:before)"
+    )
+    if rule.deployment is not None:
+        where += " AND deployment = :deployment"
+        args["deployment"] = rule.deployment
+    return where, args
 
 
 def _workflow_row(record: WorkflowRecord) -> dict[str, object]:

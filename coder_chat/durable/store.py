@@ -158,6 +158,40 @@ class DurableStore(Protocol):
         self, tenant: str, *, discarded: bool | None = None
     ) -> list[ChatRecord]: ...
 
+    async def list_workflow_chats(self, tenant: str, workflow_id: str) -> list[ChatRecord]:
+        """The chats journaled for one workflow (each with its latest journal entry)."""
+        ...
+
+    # -- pruning ended workflows ---------------------------------------------------------------
+    async def list_prunable(
+        self,
+        tenant: str,
+        *,
+        ended_before: datetime,
+        states: Sequence[WorkflowState | str] | None = None,
+        deployment: str | None = None,
+    ) -> list[WorkflowRecord]:
+        """What :meth:`prune_workflows` would delete now, by workflow id (a read)."""
+        ...
+
+    async def prune_workflows(
+        self,
+        tenant: str,
+        *,
+        ended_before: datetime,
+        states: Sequence[WorkflowState | str] | None = None,
+        deployment: str | None = None,
+    ) -> list[str]:
+        """Delete ended workflows last written before ``ended_before``, in one write.
+
+        ``states`` default to every ended state (finished, failed, cancelled); ``running`` is
+        refused (:class:`~coder_chat.errors.CoderConfigError`), and the store's own SQL never
+        takes a running workflow nor the sweep's records (``prefect-coder-sweep…``) whatever
+        it is asked. With each workflow go its finished steps, its chats' journal rows and
+        the tool ledger entries of every chat it names. Returns the ids deleted, sorted.
+        """
+        ...
+
     # -- the tool ledger ---------------------------------------------------------------------
     async def claim_tool(
         self,
