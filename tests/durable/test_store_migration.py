@@ -198,7 +198,9 @@ async def test_a_version_1_store_migrates_keeping_its_data(backend: Backend) -> 
     # Several openers at once: the migration runs once, and they all see one store id.
     stores = [backend.open() for _ in range(4)]
     workflows = await asyncio.gather(*(s.get_workflow(T, "wf") for s in stores))
-    assert await installed_versions(backend) == list(range(1, SCHEMA_VERSION + 1)) == [1, 2, 3, 4]
+    assert (
+        await installed_versions(backend) == list(range(1, SCHEMA_VERSION + 1)) == [1, 2, 3, 4, 5]
+    )
     assert workflows == [WORKFLOW] * 4  # v1's body reads with archive_at_end's default
     assert workflows[0] is not None and workflows[0].archive_at_end is True
     ids = await asyncio.gather(*(s.store_id() for s in stores))
@@ -316,7 +318,9 @@ async def test_a_version_2_store_migrates_keeping_its_steps(backend: Backend) ->
 
     stores = [backend.open() for _ in range(3)]
     steps = await asyncio.gather(*(s.list_steps(T, "wf") for s in stores))
-    assert await installed_versions(backend) == list(range(1, SCHEMA_VERSION + 1)) == [1, 2, 3, 4]
+    assert (
+        await installed_versions(backend) == list(range(1, SCHEMA_VERSION + 1)) == [1, 2, 3, 4, 5]
+    )
     assert steps == [V2_STEPS] * 3  # v2's bodies read back, each with prompt ""
     assert all(step.prompt == "" for step in steps[0])
 
