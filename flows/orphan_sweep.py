@@ -1,4 +1,5 @@
-"""``orphan_sweep``: retire orphaned chats, unstick stuck turns, relaunch stranded workflows.
+"""``orphan_sweep``: retire orphaned chats, unstick stuck turns, relaunch stranded workflows,
+and end the workflows whose runs a person cancelled.
 
 Run it on a schedule (``deployments/prefect.yaml`` runs it every 5 minutes).
 A chat paused on a client tool is timed out by Coder after 5 minutes, and the
@@ -91,7 +92,7 @@ async def orphan_sweep(
     if not dry_run:
         lease = await hold_the_sweep(target_deployment, lease_seconds, credentials, ledger)
         if lease is None:
-            return {"chats": 0, "acted": 0, "stranded": 0, "relaunched": 0}
+            return {"chats": 0, "acted": 0, "stranded": 0, "relaunched": 0, "cancelled": 0}
     beat = asyncio.create_task(lease.keep()) if lease else None
     try:
         return await _one_pass(sweep, lease)
@@ -146,6 +147,7 @@ async def _one_pass(sweep: SweepPass, lease: SweepLease | None) -> dict[str, int
         "acted": acted,
         "stranded": len(summary.stranded),
         "relaunched": relaunched,
+        "cancelled": len(summary.cancelled),
     }
 
 

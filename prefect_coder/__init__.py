@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         StoreLost,
         Structured,
         Superseded,
+        WorkflowCancelled,
         WorkflowFinished,
     )
     from prefect_coder.tasks.settings import WorkflowSettings
@@ -39,6 +40,7 @@ _WHERE = {
     "StoreLost": "prefect_coder.chat",
     "Structured": "prefect_coder.chat",
     "Superseded": "prefect_coder.chat",
+    "WorkflowCancelled": "prefect_coder.chat",
     "WorkflowFinished": "prefect_coder.chat",
     "WorkflowSettings": "prefect_coder.tasks.settings",
 }
@@ -53,6 +55,7 @@ __all__ = [
     "StoreLost",
     "Structured",
     "Superseded",
+    "WorkflowCancelled",
     "WorkflowFinished",
     "WorkflowSettings",
     "durable_tool",

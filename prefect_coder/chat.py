@@ -51,7 +51,14 @@ from coder_chat.durable.records import PromptChanged, StepRecord, WorkflowState
 from coder_chat.durable.step import StepResult, check_same_prompt
 from coder_chat.durable.store import FencedOut
 from prefect_coder.blocks import CoderCredentials
-from prefect_coder.tasks._runtime import Ledger, ToolLike, resolve_tools, run_log, with_retries
+from prefect_coder.tasks._runtime import (
+    Ledger,
+    ToolLike,
+    checked_blocks,
+    resolve_tools,
+    run_log,
+    with_retries,
+)
 from prefect_coder.tasks.lifecycle import (
     archive_idle_chat,
     end_failed_workflow,
@@ -60,6 +67,7 @@ from prefect_coder.tasks.lifecycle import (
 from prefect_coder.tasks.runs import (
     Progress,
     deployment_name,
+    end_cancelled_run,
     end_lost,
     end_superseded,
     marked_superseded,
@@ -100,6 +108,11 @@ class Superseded(Abort):
     Raised out of the flow once its run is marked *Cancelled: Superseded*, naming
     the run that replaced it; Prefect ends the run there without marking it failed.
     """
+
+
+class WorkflowCancelled(Abort):
+    """A person cancelled this flow run, and the sweep ended its workflow (chat archived,
+    stored cancelled) while the run's process was still going: it does nothing more."""
 
 
 class StoreLost(Abort):
@@ -151,8 +164,8 @@ class DurableChat:
         if not workflow_id:
             raise CoderConfigError("workflow_id must not be empty")
         self.workflow_id = workflow_id
-        self.credentials = credentials
-        self.ledger = ledger
+        # A block loaded without ``await`` in an async flow is refused here, by name.
+        self.credentials, self.ledger = checked_blocks(credentials, ledger)
         self.tools = tuple(tools)
         self.settings = settings or DEFAULT_SETTINGS
         self.expected_turns = expected_turns
@@ -553,6 +566,10 @@ class DurableChat:
             newer = await run.runtime.store.get_workflow(run.tenant, self.workflow_id)
             if newer is not None and newer.epoch > run.epoch:
                 successor = newer.flow_run_id
+        if successor == run.flow_run_id:
+            # The sweep took the workflow for this very run: a person cancelled it.
+            await end_cancelled_run(run.flow_run_id, self.workflow_id, log)
+            raise WorkflowCancelled(str(exc)) from exc
         await end_superseded(run.flow_run_id, successor, log)
         raise Superseded(str(exc)) from exc
 
@@ -617,4 +634,11 @@ def _capitalised(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-__all__ = ["DurableChat", "Structured", "Superseded", "WorkflowFinished", "tally"]
+__all__ = [
+    "DurableChat",
+    "Structured",
+    "Superseded",
+    "WorkflowCancelled",
+    "WorkflowFinished",
+    "tally",
+]

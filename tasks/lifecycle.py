@@ -7,9 +7,8 @@ from collections.abc import Callable
 from prefect.logging.loggers import LoggingAdapter
 
 from coder_chat import CoderApiError, CoderError
-from coder_chat.durable.markers import step_number
 from coder_chat.durable.records import WorkflowState
-from coder_chat.durable.retire import Retired, retire_chat
+from coder_chat.durable.retire import Retired, retire_checkpointed_chat
 from prefect_coder.tasks._runtime import durable_task, run_log, with_retries
 from prefect_coder.tasks.workflow import WorkflowRun, finish_workflow
 
@@ -27,20 +26,9 @@ async def archive_chat(run: WorkflowRun) -> bool:
 
 async def retire_workflow_chat(run: WorkflowRun, report: Callable[[str], None]) -> Retired | None:
     """Retire the chat the workflow's checkpoint points at; ``None`` when it has none."""
-    store = run.runtime.store
-    workflow = await store.get_workflow(run.tenant, run.workflow_id)
-    if workflow is None or workflow.chat_id is None:
-        report(f"Workflow {run.workflow_id} never created a chat; nothing to archive.")
-        return None
-    chat_id = workflow.chat_id
-    record = await store.get_chat(run.tenant, chat_id)
-    step = step_number(record.journal.marker if record and record.journal else "")
-    retired = await retire_chat(run.step_context(step, report), chat_id)
-    if retired.done:
-        report(f"Chat {chat_id} of workflow {run.workflow_id} is {retired.action}.")
-    else:
-        report(f"Chat {chat_id} of workflow {run.workflow_id} was left paused: {retired.detail}")
-    return retired
+    return await retire_checkpointed_chat(
+        run.runtime.store, run.fence, lambda step: run.step_context(step, report), report
+    )
 
 
 async def archive_idle_chat(run: WorkflowRun, chat_id: str) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from uuid import UUID
@@ -123,17 +123,28 @@ async def _supersede(client: PrefectClient, old: FlowRun, new_name: str, new_id:
             await client.set_task_run_state(
                 task_run.id, Cancelled(name=SUPERSEDED, message=message), force=True
             )
-    await client.create_logs(
-        [
-            LogCreate(
-                name="prefect.flow_runs.coder",
-                level=30,
-                message=f"This run was superseded by run {new_name!r} ({new_id}), which carries on.",
-                timestamp=datetime.now(UTC),
-                flow_run_id=old.id,
-            )
-        ]
+    said = f"This run was superseded by run {new_name!r} ({new_id}), which carries on."
+    await _log_on_run(client, old.id, said, level=30)
+
+
+async def note_on_run(flow_run_id: str, message: str, report: Callable[[str], None]) -> None:
+    """Write ``message`` into another flow run's log, where a person reading it looks."""
+    try:
+        async with get_client() as client:
+            await _log_on_run(client, UUID(flow_run_id), message, level=20)
+    except Exception as exc:  # noqa: BLE001 - for people; the store already says it
+        report(f"Could not write to the log of run {flow_run_id} ({exc}).")
+
+
+async def _log_on_run(client: PrefectClient, run: UUID, message: str, *, level: int) -> None:
+    log = LogCreate(
+        name="prefect.flow_runs.coder",
+        level=level,
+        message=message,
+        timestamp=datetime.now(UTC),
+        flow_run_id=run,
     )
+    await client.create_logs([log])
 
 
 async def end_superseded(this_run: str, successor: str | None, log: LoggingAdapter) -> None:
@@ -152,6 +163,22 @@ async def end_superseded(this_run: str, successor: str | None, log: LoggingAdapt
         log.warning(f"Could not mark this run superseded ({exc}).")
         return
     log.warning(f"This run was superseded by run {name}; it stops here and does nothing more.")
+
+
+async def end_cancelled_run(this_run: str, workflow_id: str, log: LoggingAdapter) -> None:
+    """A person cancelled this run and its workflow was ended for it: end the run Cancelled,
+    saying so (its process was still going, so nothing had ended it yet)."""
+    message = (
+        f"Cancelled by a person: workflow {workflow_id} is ended (its chat archived, stored "
+        "cancelled); this run does nothing more."
+    )
+    try:
+        async with get_client() as client:
+            await client.set_flow_run_state(UUID(this_run), Cancelled(message=message), force=True)
+    except Exception as exc:  # noqa: BLE001 - the store's epoch already stopped this run
+        log.warning(f"Could not mark this run cancelled ({exc}).")
+        return
+    log.warning(message)
 
 
 async def end_lost(this_run: str, why: str, log: LoggingAdapter, workflows: int = 1) -> bool:

@@ -23,11 +23,13 @@ from prefect.settings import PREFECT_UI_URL
 from pydantic import BaseModel
 
 from coder_chat import CoderError
+from coder_chat.durable.context import StepTools
 from coder_chat.durable.records import Fence, WorkflowRecord, WorkflowState
 from coder_chat.durable.store import DurableStore, FencedOut
 from coder_chat.durable.sweep import (
     SWEEP_WORKFLOW,
     SweepPolicy,
+    end_cancelled,
     mark_failed,
     sweep,
     take_sweep_lease,
@@ -35,6 +37,7 @@ from coder_chat.durable.sweep import (
 from prefect_coder.blocks import CoderCredentials
 from prefect_coder.tasks._runtime import (
     Ledger,
+    Runtime,
     durable_task,
     resolve_tools,
     run_log,
@@ -42,10 +45,14 @@ from prefect_coder.tasks._runtime import (
     with_retries,
 )
 from prefect_coder.tasks.lost_runs import replaces_tag
-from prefect_coder.tasks.runs import run_name, slug
+from prefect_coder.tasks.runs import SUPERSEDED, note_on_run, run_name, slug
 
 #: A run that ended like this left its workflow unfinished: relaunch it.
-ENDED_BADLY = frozenset({"crashed", "cancelled", "gone"})
+ENDED_BADLY = frozenset({"crashed", "superseded", "gone"})
+#: A run a person cancelled (the worker then kills its process): its workflow ends.
+CANCELLED_BY_A_PERSON = frozenset(
+    {StateType.CANCELLING.value.lower(), StateType.CANCELLED.value.lower()}
+)
 #: A run like this is waiting to go on by itself: paused or suspended between turns (its
 #: process may have exited; resuming it runs the flow again), or scheduled to start.
 WAITING = frozenset({StateType.PAUSED.value.lower(), StateType.SCHEDULED.value.lower()})
@@ -57,6 +64,8 @@ class SweepSummary(BaseModel):
     chats_seen: int
     findings: list[dict[str, Any]]
     stranded: list[WorkflowRecord]
+    #: The workflows a person cancelled, ended by this pass.
+    cancelled: list[str] = []
 
 
 @durable_task(name="sweep-orphans", task_run_name="sweep {deployment}")
@@ -86,32 +95,65 @@ async def sweep_orphans(
     running = await rt.store.list_workflows(
         rt.tenant, deployment=deployment, states=[WorkflowState.RUNNING]
     )
-    stranded = await _stranded(rt.store, report.stranded, running, log.info)
+    stranded, cancelled = await _stranded(rt.store, report.stranded, running, log.info)
+    if not dry_run:
+        for workflow in cancelled:
+            labelled = [f.chat_id for f in report.findings if f.workflow_id == workflow.workflow_id]
+            await _end_cancelled(rt, workflow, labelled, step_tools, policy, log.info)
     findings = [vars(f) for f in report.findings]
-    await _publish(deployment, report.chats_seen, findings, list(stranded.values()))
+    await _publish(deployment, report.chats_seen, findings, list(stranded.values()), cancelled)
+    ended = f", {len(cancelled)} cancelled by a person" if cancelled else ""
     log.info(
         f"Sweep of {deployment}: {report.chats_seen} chat(s) seen, {len(report.acted())} "
-        f"acted on, {len(stranded)} stranded workflow(s)."
+        f"acted on, {len(stranded)} stranded workflow(s){ended}."
     )
     return SweepSummary(
-        chats_seen=report.chats_seen, findings=findings, stranded=list(stranded.values())
+        chats_seen=report.chats_seen,
+        findings=findings,
+        stranded=list(stranded.values()),
+        cancelled=[w.workflow_id for w in cancelled],
     )
+
+
+async def _end_cancelled(
+    rt: Runtime,
+    workflow: WorkflowRecord,
+    labelled: list[str],
+    tools: StepTools,
+    policy: SweepPolicy,
+    report: Callable[[str], None],
+) -> None:
+    """End a workflow whose run a person cancelled, and say so on that run."""
+    wid = workflow.workflow_id
+    report(f"Workflow {wid}: its run was cancelled by a person, so the workflow ends.")
+    retired = await end_cancelled(
+        rt.client, rt.store, workflow, labelled, tools, policy.options, report
+    )
+    archived = [r.chat_id for r in retired if r.done]
+    left = [r.chat_id for r in retired if not r.done]
+    chats = (f"its chat {', '.join(archived)} is archived" if archived else "it had no chat") + (
+        f"; chat {', '.join(left)} is left for the next sweep to archive" if left else ""
+    )
+    said = (
+        f"Workflow {wid} is cancelled: its turn was stopped and {chats}. Nothing relaunches "
+        f"it; `prefect-coder workflows resume {wid}` carries it on from its last finished step."
+    )
+    report(said)
+    if workflow.flow_run_id:
+        await note_on_run(workflow.flow_run_id, said, report)
 
 
 async def _publish(
-    deployment: str, chats_seen: int, findings: list[dict[str, Any]], stranded: list[WorkflowRecord]
+    deployment: str,
+    chats_seen: int,
+    findings: list[dict[str, Any]],
+    stranded: list[WorkflowRecord],
+    cancelled: list[WorkflowRecord],
 ) -> None:
     """The sweep's table artifact, every pass: what it did, or that there was nothing to do."""
-    rows = [{k: str(v) for k, v in f.items()} for f in findings if f["action"] != "kept"] + [
-        {
-            "chat_id": w.chat_id or "",
-            "status": "(workflow)",
-            "workflow_id": w.workflow_id,
-            "action": "relaunch",
-            "reason": "stranded",
-        }
-        for w in stranded
-    ]
+    rows = [{k: str(v) for k, v in f.items()} for f in findings if f["action"] != "kept"]
+    rows += [_workflow_row(w, "relaunch", "stranded") for w in stranded]
+    rows += [_workflow_row(w, "end", "cancelled by a person") for w in cancelled]
     if not rows:
         rows = [
             {
@@ -129,24 +171,43 @@ async def _publish(
     )
 
 
+def _workflow_row(workflow: WorkflowRecord, action: str, reason: str) -> dict[str, str]:
+    return {
+        "chat_id": workflow.chat_id or "",
+        "status": "(workflow)",
+        "workflow_id": workflow.workflow_id,
+        "action": action,
+        "reason": reason,
+    }
+
+
 async def _stranded(
     store: DurableStore,
     silent: list[WorkflowRecord],
     running: list[WorkflowRecord],
     report: Callable[[str], None],
-) -> dict[str, WorkflowRecord]:
-    """Which running workflows to relaunch: silent ones, and those whose run crashed,
-    was cancelled or is gone. A run that ended Failed (or Completed) is never
-    relaunched: it would only fail again. When its own failure hook could not mark
-    it FAILED, the sweep does, once the run has been silent too."""
+) -> tuple[dict[str, WorkflowRecord], list[WorkflowRecord]]:
+    """Which running workflows to relaunch, and which a person cancelled.
+
+    Relaunched: silent ones, and those whose run crashed, is gone, or was superseded
+    without a successor. Cancelled: those whose run a person cancelled (UI, CLI, API),
+    or whose relaunch a person cancelled before it began: told from a crash by the
+    run's state in Prefect, never by code in the killed process. A run that ended
+    Failed (or Completed) is never relaunched: it would only fail again. When its own
+    failure hook could not mark it FAILED, the sweep does, once the run has been silent
+    too."""
     stale = {w.workflow_id for w in silent}
     stranded: dict[str, WorkflowRecord] = {}
+    cancelled: list[WorkflowRecord] = []
     for workflow in running:
         if workflow.workflow_id.startswith(SWEEP_WORKFLOW):
             continue
         state = await _flow_run_state(workflow.flow_run_id)
         if state in WAITING:
             continue  # its heartbeat stops while it waits; it is not stranded
+        if state in CANCELLED_BY_A_PERSON:
+            cancelled.append(workflow)
+            continue
         if state in ENDED_FOR_GOOD:
             if workflow.workflow_id in stale:
                 await mark_failed(store, workflow)
@@ -156,14 +217,18 @@ async def _stranded(
                 )
             continue
         if state in ENDED_BADLY or workflow.workflow_id in stale:
+            if await _relaunch_cancelled(workflow):
+                cancelled.append(workflow)
+                continue
             why = f"its flow run is {state}" if state in ENDED_BADLY else "its heartbeat stopped"
             report(f"Workflow {workflow.workflow_id} is stranded: {why}.")
             stranded[workflow.workflow_id] = workflow
-    return stranded
+    return stranded, cancelled
 
 
 async def _flow_run_state(flow_run_id: str | None) -> str | None:
-    """The state of the workflow's last flow run (lower case), ``gone``, or ``None``."""
+    """The state of the workflow's last flow run (lower case; ``superseded`` for a run
+    we cancelled because another took its workflow over), ``gone``, or ``None``."""
     if not flow_run_id:
         return None
     async with get_client() as client:
@@ -171,7 +236,30 @@ async def _flow_run_state(flow_run_id: str | None) -> str | None:
             flow_run = await client.read_flow_run(uuid.UUID(flow_run_id))
         except ObjectNotFound:
             return "gone"
-    return flow_run.state.type.value.lower() if flow_run.state else None
+    state = flow_run.state
+    if state is None:
+        return None
+    if state.type == StateType.CANCELLED and state.name == SUPERSEDED:
+        return "superseded"
+    return state.type.value.lower()
+
+
+async def _relaunch_cancelled(workflow: WorkflowRecord) -> bool:
+    """Whether a person cancelled the relaunch of the workflow's last run before that
+    relaunch began it (the store still names the run it replaces)."""
+    if not workflow.flow_run_id:
+        return False
+    async with get_client() as client:
+        relaunches = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                tags=FlowRunFilterTags(all_=[replaces_tag(workflow.flow_run_id)])
+            ),
+            limit=10,
+        )
+    return any(
+        r.state is not None and r.state.type == StateType.CANCELLED and r.state.name != SUPERSEDED
+        for r in relaunches
+    )
 
 
 @task(

@@ -11,13 +11,17 @@ interrupted away.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..client.session import ChatSession
 from .bounded import within
 from .context import StepContext
+from .markers import step_number
 from .reconcile import answer_pause, interrupt_quietly
+from .records import Fence
 from .settle import SETTLED
+from .store import DurableStore
 
 
 @dataclass
@@ -54,6 +58,40 @@ async def retire_chat(ctx: StepContext, chat_id: str) -> Retired:
     )
     await session.archive()  # retries its 409 while a stopped run winds down
     return Retired(chat_id, "archived", detail)
+
+
+async def retire_checkpointed_chat(
+    store: DurableStore,
+    fence: Fence,
+    context: Callable[[int], StepContext],
+    report: Callable[[str], None],
+) -> Retired | None:
+    """Retire the chat the workflow's checkpoint points at, as the step its journal names
+    (``context(step)`` makes that step's context); ``None`` when it has no chat."""
+    workflow = await store.get_workflow(fence.tenant, fence.workflow_id)
+    if workflow is None or workflow.chat_id is None:
+        report(f"Workflow {fence.workflow_id} never created a chat; nothing to archive.")
+        return None
+    return await retire_as_journaled(store, fence, workflow.chat_id, context, report)
+
+
+async def retire_as_journaled(
+    store: DurableStore,
+    fence: Fence,
+    chat_id: str,
+    context: Callable[[int], StepContext],
+    report: Callable[[str], None],
+) -> Retired:
+    """Retire one chat of the workflow, as the step its journal names, and say what became
+    of it."""
+    record = await store.get_chat(fence.tenant, chat_id)
+    step = step_number(record.journal.marker if record and record.journal else "")
+    retired = await retire_chat(context(step), chat_id)
+    if retired.done:
+        report(f"Chat {chat_id} of workflow {fence.workflow_id} is {retired.action}.")
+    else:
+        report(f"Chat {chat_id} of workflow {fence.workflow_id} was left paused: {retired.detail}")
+    return retired
 
 
 async def _stop_run(ctx: StepContext, chat_id: str) -> None:

@@ -26,7 +26,7 @@ the listing is paged and only chats that need action get further calls.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -37,7 +37,7 @@ from .context import DurableOptions, StepContext, StepTools
 from .markers import LABEL_STEP, LABEL_WORKFLOW, owner_labels
 from .reconcile import interrupt_quietly
 from .records import Fence, WorkflowRecord, WorkflowState, utcnow
-from .retire import retire_chat
+from .retire import Retired, retire_as_journaled, retire_chat
 from .store import DurableStore
 
 SWEEP_WORKFLOW = "prefect-coder-sweep"
@@ -206,6 +206,52 @@ async def mark_failed(store: DurableStore, workflow: WorkflowRecord) -> None:
         archive_at_end=workflow.archive_at_end,
     )
     await store.finish(fence, WorkflowState.FAILED)
+
+
+async def end_cancelled(
+    client: ChatClient,
+    store: DurableStore,
+    workflow: WorkflowRecord,
+    labelled: Sequence[str],
+    tools: StepTools,
+    options: DurableOptions,
+    report: Callable[[str], None],
+) -> list[Retired]:
+    """End a workflow a person cancelled: its turn stopped, its pause answered (recorded
+    outputs, else "not run"), its chats archived (the checkpoint's, and ``labelled``: those
+    the sweep found carrying its label, such as one a step made but had not checkpointed
+    yet), and the workflow stored ``cancelled``, which nothing relaunches. Returns what
+    became of each chat.
+
+    Taking the next epoch first fences out the cancelled run, should its process still
+    be acting. A chat that cannot be retired now (Coder out of reach, an effect in flight
+    whose tool is not here) is left for a later sweep, which retires the chats of ended
+    workflows; the workflow is stored cancelled all the same.
+    """
+    fence = await store.begin_run(
+        workflow.tenant,
+        workflow.workflow_id,
+        deployment=workflow.deployment,
+        flow_run_id=workflow.flow_run_id,
+        archive_at_end=workflow.archive_at_end,
+    )
+
+    def context(step: int) -> StepContext:
+        return StepContext(client, store, fence, workflow.workflow_id, step, tools, options, report)
+
+    now = await store.get_workflow(workflow.tenant, workflow.workflow_id)
+    checkpointed = [now.chat_id] if now is not None and now.chat_id else []
+    retired: list[Retired] = []
+    for chat_id in dict.fromkeys([*checkpointed, *labelled]):
+        try:
+            retired.append(await retire_as_journaled(store, fence, chat_id, context, report))
+        except (CoderError, TimeoutError) as exc:
+            report(
+                f"Could not archive chat {chat_id} of workflow {workflow.workflow_id} yet ({exc})."
+            )
+            retired.append(Retired(chat_id, "left", str(exc)))
+    await store.finish(fence, WorkflowState.CANCELLED)
+    return retired
 
 
 def _classify(

@@ -159,7 +159,7 @@ async def test_the_sweep_publishes_an_artifact_when_it_finds_nothing(
     sim: Simulator, coder_env: Path
 ) -> None:
     summary = await orphan_sweep(target_deployment="quiet")
-    assert summary == {"chats": 0, "acted": 0, "stranded": 0, "relaunched": 0}
+    assert summary == {"chats": 0, "acted": 0, "stranded": 0, "relaunched": 0, "cancelled": 0}
     async with get_client() as client:
         artifacts = await client.read_latest_artifacts()
     [table] = [a for a in artifacts if a.key == "orphan-sweep-quiet"]

@@ -33,7 +33,7 @@ async def test_the_flow_retires_orphans_and_reports(sim: Simulator, coder_env: P
         orphan = (await wire.create("lost", labels=labels))["id"]
         await sim.wait_for_status(orphan, "waiting")
     dry = await orphan_sweep(target_deployment="nightly", orphan_age_seconds=0, dry_run=True)
-    assert dry == {"chats": 1, "acted": 1, "stranded": 0, "relaunched": 0}
+    assert dry == {"chats": 1, "acted": 1, "stranded": 0, "relaunched": 0, "cancelled": 0}
     assert not sim.chat(orphan).archived
     summary = await orphan_sweep(target_deployment="nightly", orphan_age_seconds=0)
     assert summary["acted"] == 1 and sim.chat(orphan).archived
