@@ -5,6 +5,8 @@
 ``CODER_SESSION_TOKEN``    session token (kept as a secret)
 ``CODER_ORG_ID``           organization the chats belong to
 ``PREFECT_CODER_SQLITE_PATH``  the embedded store's file (default below)
+``PREFECT_CODER_POSTGRES_DSN`` a Postgres store's DSN (kept as a secret), for
+                           ``prefect-coder workflows … --postgres``
 =========================  =============================================
 """
 
@@ -34,4 +36,10 @@ class CoderSettings(BaseSettings):
     sqlite_path: Path = Field(
         default=DEFAULT_SQLITE_PATH,
         validation_alias=AliasChoices("PREFECT_CODER_SQLITE_PATH", "sqlite_path"),
+    )
+    #: Read by the command line only (a flow's Postgres store is its PostgresLedger block):
+    #: a DSN holds a password, so it never travels on a command line.
+    postgres_dsn: SecretStr | None = Field(
+        default=None,
+        validation_alias=AliasChoices("PREFECT_CODER_POSTGRES_DSN", "postgres_dsn"),
     )

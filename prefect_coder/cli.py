@@ -1,4 +1,4 @@
-"""``prefect-coder``: run the simulator, or the durable-chat demo."""
+"""``prefect-coder``: run the simulator or the durable-chat demo, and manage workflows."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ def main(argv: list[str] | None = None) -> int:
     from coder_chat.simulator import cli as simulator_cli
 
     simulator_cli.add_parser(commands)
+    from . import workflows_cli
+
+    workflows_cli.add_parser(commands)
     demo = commands.add_parser(
         "demo",
         help="run a durable chat, kill its worker mid-payment, and watch it recover",
