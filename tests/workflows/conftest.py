@@ -13,6 +13,8 @@ from tests.durable.conftest import (  # noqa: F401 - fixtures, found here by pyt
     Backend,
     backend,
     backend_spec,
+    pg,
+    pg_spec,
     postgres_dsn,
 )
 
