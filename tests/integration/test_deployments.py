@@ -379,10 +379,15 @@ async def with_deployments(
     durable = await client.read_deployment_by_name("durable-chat/durable-chat")
     sweep = await client.read_deployment_by_name("orphan-sweep/orphan-sweep")
     archive = await client.read_deployment_by_name("archive-workflow/archive-workflow")
+    prune = await client.read_deployment_by_name("prune-workflows/prune-workflows")
     assert durable.entrypoint == "prefect_coder.flows.durable_chat:durable_chat"
     assert sweep.entrypoint == "prefect_coder.flows.orphan_sweep:orphan_sweep"
     assert archive.entrypoint == "prefect_coder.flows.archive_workflow:archive_workflow"
-    for deployment in (durable, sweep, archive):
+    assert prune.entrypoint == "prefect_coder.flows.prune_workflows:prune_workflows"
+    assert prune.parameters == {"older_than_days": 30}
+    [daily] = prune.schedules
+    assert getattr(daily.schedule, "cron", None) == "30 3 * * *"
+    for deployment in (durable, sweep, archive, prune):
         assert deployment.work_pool_name == POOL
         assert deployment.enforce_parameter_schema
     assert sweep.parameters == {"target_deployment": "durable-chat"}
