@@ -62,6 +62,7 @@ from prefect_coder.tasks._runtime import (
 from prefect_coder.tasks.lifecycle import (
     archive_idle_chat,
     end_failed_workflow,
+    reopen_chat,
     retire_workflow_chat,
 )
 from prefect_coder.tasks.runs import (
@@ -76,6 +77,7 @@ from prefect_coder.tasks.runs import (
     run_name,
     slug,
     supersede,
+    workflow_tag,
 )
 from prefect_coder.tasks.settings import WorkflowSettings
 from prefect_coder.tasks.turns import VERDICT_WORDS, run_turn, step_line
@@ -91,6 +93,9 @@ from prefect_coder.tasks.workflow import (
 
 M = TypeVar("M", bound=BaseModel)
 A = TypeVar("A", bound=BaseModel)
+
+#: Ends a person may carry a workflow on from (``prefect-coder workflows resume``).
+ENDED_BY_FAILURE = frozenset({WorkflowState.FAILED, WorkflowState.CANCELLED})
 
 #: Frozen, so one instance serves every chat that is given no settings.
 DEFAULT_SETTINGS = WorkflowSettings()
@@ -239,7 +244,10 @@ class DurableChat:
             )
             if self.owns_run and began.run.flow_run_id is not None:
                 name = replay_name(self.workflow_id)
-                await name_the_run(began.run.flow_run_id, current_flow_run.name or "", name, log)
+                tag = workflow_tag(self.workflow_id)
+                await name_the_run(
+                    began.run.flow_run_id, current_flow_run.name or "", name, log, tag=tag
+                )
             return self
         if began.replay:
             log.info(
@@ -292,7 +300,10 @@ class DurableChat:
         log.info(f"Workflow {self.workflow_id}: this is {first} (epoch {run.epoch}).")
         name = run_name(self.workflow_id, run.epoch)
         if run.flow_run_id is not None:
-            name = await name_the_run(run.flow_run_id, current_flow_run.name or "", name, log)
+            tag = workflow_tag(self.workflow_id)
+            name = await name_the_run(
+                run.flow_run_id, current_flow_run.name or "", name, log, tag=tag
+            )
             self.took_over_from = await supersede(self.previous_run, run.flow_run_id, name, log)
         self._progress = Progress(
             self.workflow_id,
@@ -441,6 +452,11 @@ class DurableChat:
         run.fence = run.guard.fence = await take_epoch(run.runtime, run.workflow)
         began.replay = False
         await self._started(_log())
+        before = began.before
+        if before is not None and before.state in ENDED_BY_FAILURE and before.chat_id:
+            # Resumed after it failed or was cancelled: its chat was archived then.
+            chat_id = before.chat_id
+            await with_retries(lambda: reopen_chat(run, chat_id, _log().info))
 
     # -- end ----------------------------------------------------------------------------
     async def __aexit__(

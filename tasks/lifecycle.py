@@ -50,6 +50,16 @@ async def archive_idle_chat(run: WorkflowRun, chat_id: str) -> bool:
     return True
 
 
+async def reopen_chat(run: WorkflowRun, chat_id: str, report: Callable[[str], None]) -> None:
+    """Unarchive the chat of a workflow that ended failed or cancelled and is carried on
+    now (resumed): its next step goes on in the same conversation."""
+    await run.guard("unarchive")
+    chat = await run.runtime.client.get_chat(chat_id)
+    if chat.archived:
+        await run.runtime.client.update_chat(chat_id, archived=False)
+        report(f"Chat {chat_id} was archived when workflow {run.workflow_id} ended; reopened.")
+
+
 async def end_failed_workflow(run: WorkflowRun, log: LoggingAdapter) -> bool:
     """The workflow's run failed for good: archive its chat if asked, and mark it FAILED;
     ``False`` when a newer run owns the workflow by then (nothing is done).

@@ -55,7 +55,7 @@ def run_name(workflow_id: str, epoch: int) -> str:
 #: ``xi3-aguateca-g``), and names of ours from an earlier try of the same run (a suspended
 #: run resumes under the name it had).
 _OURS = re.compile(r" · (epoch \d+|already finished)$|^\d+ workflows?: ")
-_MADE_UP = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)+$| · (epoch \d+|already finished)$")
+_MADE_UP = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)+$| · (epoch \d+|already finished|resumed)$")
 
 
 def began_a_workflow(run_name: str) -> bool:
@@ -63,25 +63,43 @@ def began_a_workflow(run_name: str) -> bool:
     return bool(_OURS.search(run_name))
 
 
-async def name_the_run(this_run: str, current_name: str, name: str, log: LoggingAdapter) -> str:
-    """Name this run ``name``: runs are found by their workflow and epoch. A name that looks
-    given by a person (nothing tells it apart from the one the run form fills in) is
-    replaced with a word in the log, never silently. Returns the run's name."""
-    if current_name == name:
+def workflow_tag(workflow_id: str) -> str:
+    """The tag every flow run of a workflow carries: the UI's tag filter lists them all."""
+    return f"workflow:{workflow_id}"
+
+
+async def name_the_run(
+    this_run: str, current_name: str, name: str, log: LoggingAdapter, *, tag: str | None = None
+) -> str:
+    """Name this run ``name`` (and give it ``tag``): runs are found by their workflow and
+    epoch. A name that looks given by a person (nothing tells it apart from the one the run
+    form fills in) is replaced with a word in the log, never silently. Returns the run's
+    name."""
+    tags = _current_tags()
+    missing = tag is not None and tag not in tags
+    if current_name == name and not missing:
         return name
-    if current_name and not _MADE_UP.search(current_name):
+    if current_name and current_name != name and not _MADE_UP.search(current_name):
         log.info(
             f"This run was named {current_name!r}; it is renamed {name!r}, after its "
             "workflow and epoch, so that its runs are found together."
         )
-    await rename(this_run, name, log)
+    await rename(this_run, name, log, tags=[*tags, tag] if missing and tag else None)
     return name
 
 
-async def rename(this_run: str, name: str, log: LoggingAdapter) -> None:
+def _current_tags() -> list[str]:
+    context = FlowRunContext.get()
+    run = context.flow_run if context is not None else None
+    return list(run.tags) if run is not None else []
+
+
+async def rename(
+    this_run: str, name: str, log: LoggingAdapter, *, tags: list[str] | None = None
+) -> None:
     try:
         async with get_client() as client:
-            await client.update_flow_run(UUID(this_run), name=name)
+            await client.update_flow_run(UUID(this_run), name=name, tags=tags)
     except Exception as exc:  # noqa: BLE001 - names are for people; the epoch already fences
         log.warning(f"Could not name this run {name!r} ({exc}).")
 

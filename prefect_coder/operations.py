@@ -1,0 +1,130 @@
+"""What a person does to a workflow from outside its runs: cancel it, or resume it.
+
+``prefect-coder workflows cancel|resume`` call these. Neither is a fault for the sweep to
+repair: a cancelled workflow is never relaunched, and a resumed one is carried on from its
+last finished step by a new run of its deployment (its finished steps come from the store
+and are never sent again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from uuid import UUID
+
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import FlowRun
+from prefect.deployments.flow_runs import arun_deployment
+from prefect.exceptions import ObjectNotFound
+from prefect.states import Cancelling
+
+from coder_chat import CoderConfigError
+from coder_chat.durable.context import DurableOptions, StepTools
+from coder_chat.durable.markers import LABEL_WORKFLOW, owner_labels
+from coder_chat.durable.records import WorkflowRecord, WorkflowState
+from coder_chat.durable.retire import Retired
+from coder_chat.durable.sweep import end_cancelled
+from prefect_coder.tasks._runtime import Runtime
+from prefect_coder.tasks.runs import note_on_run, workflow_tag
+
+#: A workflow in one of these states can be resumed.
+RESUMABLE = frozenset({WorkflowState.FAILED, WorkflowState.CANCELLED})
+
+
+@dataclass
+class Cancelled:
+    """What cancelling did: the workflow as it was, and what became of its chats."""
+
+    workflow: WorkflowRecord
+    chats: list[Retired]
+
+
+async def cancel_workflow(
+    rt: Runtime, workflow_id: str, tools: StepTools, report: Callable[[str], None]
+) -> Cancelled:
+    """End a running workflow for good: its flow run cancelled in Prefect (a worker kills
+    its process), its turn stopped, its pause answered from the ledger (else "not run"),
+    its chats archived, and the workflow stored cancelled. Works with its run gone too."""
+    workflow = await _workflow(rt, workflow_id)
+    if workflow.state != WorkflowState.RUNNING:
+        raise CoderConfigError(
+            f"workflow {workflow_id!r} is {workflow.state}, not running: there is nothing to cancel"
+        )
+    if workflow.flow_run_id:
+        await _cancel_flow_run(workflow.flow_run_id, report)
+    labels = {
+        **owner_labels(workflow.deployment, await rt.store.store_id()),
+        LABEL_WORKFLOW: workflow_id[:256],
+    }
+    labelled = [chat.id async for chat in rt.client.iter_chats(labels=labels)]
+    chats = await end_cancelled(
+        rt.client, rt.store, workflow, labelled, tools, DurableOptions(), report
+    )
+    if workflow.flow_run_id:
+        said = f"Workflow {workflow_id} was cancelled with `prefect-coder workflows cancel`."
+        await note_on_run(workflow.flow_run_id, said, report)
+    return Cancelled(workflow, chats)
+
+
+async def _cancel_flow_run(flow_run_id: str, report: Callable[[str], None]) -> None:
+    """Ask Prefect to cancel the run, as the UI's Cancel does, unless it already ended."""
+    try:
+        async with get_client() as client:
+            run = await client.read_flow_run(UUID(flow_run_id))
+            if run.state is not None and run.state.is_final():
+                return
+            await client.set_flow_run_state(run.id, Cancelling(), force=True)
+        report(f"Its flow run {run.name!r} is being cancelled in Prefect.")
+    except ObjectNotFound:
+        return  # gone: nothing runs it
+    except Exception as exc:  # noqa: BLE001 - the store's epoch stops the run all the same
+        report(f"Could not cancel its flow run {flow_run_id} in Prefect ({exc}).")
+
+
+async def resume_workflow(rt: Runtime, workflow_id: str) -> FlowRun:
+    """Launch the workflow's deployment again, with its last run's parameters, to carry on
+    a workflow that failed or was cancelled (after its cause is fixed). Returns the new run.
+
+    The store is not changed here: the new run takes the workflow over when it goes past
+    its finished steps, and reopens its chat.
+    """
+    workflow = await _workflow(rt, workflow_id)
+    if workflow.state not in RESUMABLE:
+        raise CoderConfigError(
+            f"workflow {workflow_id!r} is {workflow.state}: only a failed or cancelled "
+            "workflow is resumed"
+        )
+    if not workflow.flow_run_id:
+        raise CoderConfigError(
+            f"workflow {workflow_id!r} has no flow run to resume from: run its flow again "
+            "with the same workflow id"
+        )
+    async with get_client() as client:
+        try:
+            last = await client.read_flow_run(UUID(workflow.flow_run_id))
+        except ObjectNotFound:
+            raise CoderConfigError(
+                f"the last flow run of workflow {workflow_id!r} ({workflow.flow_run_id}) is "
+                "gone from Prefect: run its flow again with the same workflow id"
+            ) from None
+        if last.deployment_id is None:
+            raise CoderConfigError(
+                f"workflow {workflow_id!r} ran outside a deployment: run its flow again with "
+                "the same workflow id (its finished steps come from the store)"
+            )
+        return await arun_deployment(
+            last.deployment_id,
+            client=client,
+            parameters=last.parameters,
+            tags=[workflow_tag(workflow_id), "prefect-coder:resume"],
+            flow_run_name=f"{workflow_id} · resumed",
+            timeout=0,
+            as_subflow=False,
+        )
+
+
+async def _workflow(rt: Runtime, workflow_id: str) -> WorkflowRecord:
+    workflow = await rt.store.get_workflow(rt.tenant, workflow_id)
+    if workflow is None:
+        raise CoderConfigError(f"no workflow {workflow_id!r} in this store (tenant {rt.tenant})")
+    return workflow

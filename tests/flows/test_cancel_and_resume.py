@@ -1,0 +1,137 @@
+"""A person cancels a workflow whose run is gone, and resumes one that failed or was
+cancelled: ``prefect_coder.operations``, as ``prefect-coder workflows cancel|resume`` call it.
+
+The runs come from a deployment of a flow defined here and are executed in this process
+(``run_flow`` with the run Prefect made), so the resumed run is the deployment's own run,
+with its parameters, as a worker would start it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prefect import flow
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+from prefect.client.schemas.objects import FlowRun
+from prefect.flow_engine import run_flow
+
+from coder_chat import CoderConfigError
+from coder_chat.durable.context import StepTools
+from coder_chat.durable.records import WorkflowRecord, WorkflowState
+from coder_chat.simulator import Simulator
+from prefect_coder import DurableChat
+from prefect_coder.operations import cancel_workflow, resume_workflow
+from prefect_coder.tasks._runtime import runtime
+from prefect_coder.tasks.runs import workflow_tag
+
+pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.timeout(120)]
+
+FIRST = "Read the pull request"
+SECOND = "Write the review"
+
+#: What the flow's code does after its first turn; a test "fixes the code" by changing it.
+AFTER_FIRST = {"do": "go on"}
+
+
+class Crash(BaseException):
+    """Stands for a killed process: the workflow's end never runs."""
+
+
+@flow
+async def review(workflow_id: str) -> list[str]:
+    async with DurableChat(workflow_id) as chat:
+        await chat.turn(FIRST)
+        if AFTER_FIRST["do"] == "crash":
+            raise Crash
+        if AFTER_FIRST["do"] == "fail":
+            raise RuntimeError("the review's own code is broken")
+        await chat.turn(SECOND)
+    return [r.verdict for r in chat.results]
+
+
+@pytest.fixture
+async def deployment(coder_env: Path) -> Any:
+    AFTER_FIRST["do"] = "go on"
+    return await (await review.ato_deployment(name="reviews")).aapply()
+
+
+async def run_from_deployment(deployment_id: Any, workflow_id: str) -> FlowRun:
+    async with get_client() as client:
+        return await client.create_flow_run_from_deployment(
+            deployment_id, parameters={"workflow_id": workflow_id}
+        )
+
+
+async def execute(run: FlowRun) -> Any:
+    """Run a flow run of the deployment here, as a worker would."""
+    return await run_flow(review, flow_run=run, parameters=run.parameters)  # type: ignore[arg-type,misc]
+
+
+async def stored(sim: Simulator, workflow_id: str) -> WorkflowRecord:
+    workflow = await runtime(None, None).store.get_workflow(str(sim.organization_id), workflow_id)
+    assert workflow is not None
+    return workflow
+
+
+def sent(sim: Simulator, text: str) -> int:
+    return sum(
+        1
+        for chat in sim.chats()
+        for m in sim.messages(chat.id)
+        if m.role == "user" and text in json.dumps(m.content)
+    )
+
+
+async def runs_tagged(tag: str) -> list[FlowRun]:
+    async with get_client() as client:
+        return await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag]))
+        )
+
+
+async def test_a_cancelled_workflow_whose_run_is_gone_is_resumed_to_its_end(
+    sim: Simulator, deployment: Any
+) -> None:
+    wid = "review-303"
+    AFTER_FIRST["do"] = "crash"
+    with pytest.raises(Crash):
+        await execute(await run_from_deployment(deployment, wid))
+    lines: list[str] = []
+    cancelled = await cancel_workflow(runtime(None, None), wid, StepTools(), lines.append)
+    workflow = await stored(sim, wid)
+    assert workflow.state == WorkflowState.CANCELLED and workflow.chat_id is not None
+    assert [c.action for c in cancelled.chats] == ["archived"]
+    assert sim.chat(workflow.chat_id).archived
+    with pytest.raises(CoderConfigError, match="not running"):
+        await cancel_workflow(runtime(None, None), wid, StepTools(), lines.append)
+
+    AFTER_FIRST["do"] = "go on"
+    resumed = await resume_workflow(runtime(None, None), wid)
+    assert await execute(resumed) == ["stored", "ran"]
+    workflow = await stored(sim, wid)
+    assert workflow.state == WorkflowState.FINISHED and workflow.epoch == 3
+    assert sent(sim, FIRST) == 1 and sent(sim, SECOND) == 1  # nothing finished sent again
+    assert len(sim.chats()) == 1  # the same conversation, reopened, then archived at the end
+    # Every run of the workflow is found by its tag.
+    assert {r.id for r in await runs_tagged(workflow_tag(wid))} >= {resumed.id}
+    assert len(await runs_tagged(workflow_tag(wid))) == 2
+
+
+async def test_a_failed_workflow_is_resumed_once_its_code_is_fixed(
+    sim: Simulator, deployment: Any
+) -> None:
+    wid = "review-404"
+    AFTER_FIRST["do"] = "fail"
+    with pytest.raises(RuntimeError, match="broken"):
+        await execute(await run_from_deployment(deployment, wid))
+    assert (await stored(sim, wid)).state == WorkflowState.FAILED
+    with pytest.raises(CoderConfigError, match="no workflow 'nothing-of-that-name'"):
+        await resume_workflow(runtime(None, None), "nothing-of-that-name")
+    AFTER_FIRST["do"] = "go on"  # the fix is deployed
+    assert await execute(await resume_workflow(runtime(None, None), wid)) == ["stored", "ran"]
+    assert (await stored(sim, wid)).state == WorkflowState.FINISHED
+    assert sent(sim, FIRST) == 1 and sent(sim, SECOND) == 1
