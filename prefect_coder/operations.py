@@ -23,6 +23,7 @@ from coder_chat.durable.context import DurableOptions, StepTools
 from coder_chat.durable.markers import LABEL_WORKFLOW, owner_labels
 from coder_chat.durable.records import WorkflowRecord, WorkflowState
 from coder_chat.durable.retire import Retired
+from coder_chat.durable.store import DurableStore
 from coder_chat.durable.sweep import end_cancelled
 from prefect_coder.tasks._runtime import Runtime
 from prefect_coder.tasks.runs import note_on_run, workflow_tag
@@ -45,7 +46,7 @@ async def cancel_workflow(
     """End a running workflow for good: its flow run cancelled in Prefect (a worker kills
     its process), its turn stopped, its pause answered from the ledger (else "not run"),
     its chats archived, and the workflow stored cancelled. Works with its run gone too."""
-    workflow = await _workflow(rt, workflow_id)
+    workflow = await _workflow(rt.store, rt.tenant, workflow_id)
     if workflow.state != WorkflowState.RUNNING:
         raise CoderConfigError(
             f"workflow {workflow_id!r} is {workflow.state}, not running: there is nothing to cancel"
@@ -81,14 +82,14 @@ async def _cancel_flow_run(flow_run_id: str, report: Callable[[str], None]) -> N
         report(f"Could not cancel its flow run {flow_run_id} in Prefect ({exc}).")
 
 
-async def resume_workflow(rt: Runtime, workflow_id: str) -> FlowRun:
+async def resume_workflow(store: DurableStore, tenant: str, workflow_id: str) -> FlowRun:
     """Launch the workflow's deployment again, with its last run's parameters, to carry on
     a workflow that failed or was cancelled (after its cause is fixed). Returns the new run.
 
     The store is not changed here: the new run takes the workflow over when it goes past
     its finished steps, and reopens its chat.
     """
-    workflow = await _workflow(rt, workflow_id)
+    workflow = await _workflow(store, tenant, workflow_id)
     if workflow.state not in RESUMABLE:
         raise CoderConfigError(
             f"workflow {workflow_id!r} is {workflow.state}: only a failed or cancelled "
@@ -123,8 +124,8 @@ async def resume_workflow(rt: Runtime, workflow_id: str) -> FlowRun:
         )
 
 
-async def _workflow(rt: Runtime, workflow_id: str) -> WorkflowRecord:
-    workflow = await rt.store.get_workflow(rt.tenant, workflow_id)
+async def _workflow(store: DurableStore, tenant: str, workflow_id: str) -> WorkflowRecord:
+    workflow = await store.get_workflow(tenant, workflow_id)
     if workflow is None:
-        raise CoderConfigError(f"no workflow {workflow_id!r} in this store (tenant {rt.tenant})")
+        raise CoderConfigError(f"no workflow {workflow_id!r} in this store (tenant {tenant})")
     return workflow

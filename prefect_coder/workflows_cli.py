@@ -1,4 +1,5 @@
-"""``prefect-coder workflows``: look for workflows, read one, clear out old ones.
+"""``prefect-coder workflows``: look for workflows, read one, cancel or resume one, clear out
+old ones.
 
 Every subcommand works on one store and one tenant, chosen by the same options
 (:func:`add_store_options`, :func:`open_target`), so a new subcommand is an ``async``
@@ -65,8 +66,8 @@ Action = Callable[[argparse.Namespace, StoreTarget], Awaitable[int]]
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "workflows",
-        help="list, show and prune the workflows of a store",
-        description="List, show and prune durable workflows.",
+        help="list, show, cancel, resume and prune the workflows of a store",
+        description="List, show, cancel, resume and prune durable workflows.",
         epilog=STORE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -111,6 +112,37 @@ def add_parser(commands: Any) -> None:
     prune.add_argument("--deployment", help="only workflows of this deployment")
     prune.add_argument("--dry-run", action="store_true", help="say what would go, delete nothing")
     prune.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+    cancel = add_subcommand(
+        subcommands,
+        "cancel",
+        _cancel,
+        help="end a running workflow for good, also one whose run is gone: its run cancelled, "
+        "its turn stopped, its chat archived; nothing relaunches it",
+    )
+    cancel.add_argument("workflow_id", metavar="ID", help="the workflow id")
+    cancel.add_argument(
+        "--credentials-block",
+        metavar="NAME",
+        help="saved Coder credentials (default: CODER_URL, CODER_SESSION_TOKEN, CODER_ORG_ID)",
+    )
+    cancel.add_argument(
+        "--tool",
+        action="append",
+        default=[],
+        metavar="MODULE:FUNCTION",
+        help="a durable tool whose effect in flight may be finished before the chat is "
+        "archived (repeat); without it such a chat is left for the sweep",
+    )
+
+    resume = add_subcommand(
+        subcommands,
+        "resume",
+        _resume,
+        help="carry a failed or cancelled workflow on from its last finished step: its "
+        "deployment runs again with its last run's parameters",
+    )
+    resume.add_argument("workflow_id", metavar="ID", help="the workflow id")
 
 
 def add_subcommand(
@@ -394,6 +426,48 @@ async def _prune(args: argparse.Namespace, target: StoreTarget) -> int:
         )
         return 0
     print(prune_sentence(removed, age, states, dry_run=args.dry_run))
+    return 0
+
+
+# -- cancel and resume -----------------------------------------------------------------------
+
+
+async def _cancel(args: argparse.Namespace, target: StoreTarget) -> int:
+    from prefect_coder.operations import cancel_workflow
+    from prefect_coder.tasks._runtime import Runtime, resolve_tools
+
+    credentials = await _credentials(args.credentials_block)
+    tools = resolve_tools(args.tool)
+    async with credentials.get_client() as client:
+        rt = Runtime(client, target.store, target.tenant)
+        done = await cancel_workflow(rt, args.workflow_id, tools, print)
+    left = [r.chat_id for r in done.chats if not r.done]
+    tail = f"; chat {', '.join(left)} is left for the orphan sweep to archive" if left else ""
+    print(f"Workflow {args.workflow_id} is cancelled{tail}.")
+    return 0
+
+
+async def _credentials(block: str | None) -> Any:
+    from prefect_coder.blocks import CoderCredentials
+
+    if block is None:
+        return CoderCredentials.from_environment()
+    found = await _load(CoderCredentials, block)
+    if found is None:
+        raise WorkflowsError(f"no CoderCredentials block named {block!r}")
+    return found
+
+
+async def _resume(args: argparse.Namespace, target: StoreTarget) -> int:
+    from prefect_coder.operations import resume_workflow
+    from prefect_coder.tasks.sweep import flow_run_url
+
+    # Resuming reads only the store and Prefect: no Coder connection is made here.
+    run = await resume_workflow(target.store, target.tenant, args.workflow_id)
+    print(
+        f"Workflow {args.workflow_id} is resumed as flow run {run.name!r} "
+        f"({flow_run_url(run.id)}); its finished steps come from the store."
+    )
     return 0
 
 

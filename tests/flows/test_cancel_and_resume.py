@@ -22,6 +22,7 @@ from prefect.flow_engine import run_flow
 from coder_chat import CoderConfigError
 from coder_chat.durable.context import StepTools
 from coder_chat.durable.records import WorkflowRecord, WorkflowState
+from coder_chat.durable.store import DurableStore
 from coder_chat.simulator import Simulator
 from prefect_coder import DurableChat
 from prefect_coder.operations import cancel_workflow, resume_workflow
@@ -77,6 +78,10 @@ async def stored(sim: Simulator, workflow_id: str) -> WorkflowRecord:
     return workflow
 
 
+def store_of(sim: Simulator) -> tuple[DurableStore, str]:
+    return runtime(None, None).store, str(sim.organization_id)
+
+
 def sent(sim: Simulator, text: str) -> int:
     return sum(
         1
@@ -110,7 +115,7 @@ async def test_a_cancelled_workflow_whose_run_is_gone_is_resumed_to_its_end(
         await cancel_workflow(runtime(None, None), wid, StepTools(), lines.append)
 
     AFTER_FIRST["do"] = "go on"
-    resumed = await resume_workflow(runtime(None, None), wid)
+    resumed = await resume_workflow(*store_of(sim), wid)
     assert await execute(resumed) == ["stored", "ran"]
     workflow = await stored(sim, wid)
     assert workflow.state == WorkflowState.FINISHED and workflow.epoch == 3
@@ -130,8 +135,8 @@ async def test_a_failed_workflow_is_resumed_once_its_code_is_fixed(
         await execute(await run_from_deployment(deployment, wid))
     assert (await stored(sim, wid)).state == WorkflowState.FAILED
     with pytest.raises(CoderConfigError, match="no workflow 'nothing-of-that-name'"):
-        await resume_workflow(runtime(None, None), "nothing-of-that-name")
+        await resume_workflow(*store_of(sim), "nothing-of-that-name")
     AFTER_FIRST["do"] = "go on"  # the fix is deployed
-    assert await execute(await resume_workflow(runtime(None, None), wid)) == ["stored", "ran"]
+    assert await execute(await resume_workflow(*store_of(sim), wid)) == ["stored", "ran"]
     assert (await stored(sim, wid)).state == WorkflowState.FINISHED
     assert sent(sim, FIRST) == 1 and sent(sim, SECOND) == 1
