@@ -88,6 +88,7 @@ from prefect_coder.tasks.workflow import (
     begin_workflow,
     finish_workflow,
     heartbeat_forever,
+    record_cached_step,
     take_epoch,
 )
 
@@ -436,6 +437,7 @@ class DurableChat:
         state = await run_turn(self.run, step, prompt, output, return_state=True)  # type: ignore[misc]
         result: StepResult = await state.aresult()
         if state.name == "Cached":  # Prefect's cache answered: nothing ran this time
+            await record_cached_step(self.run, prompt, result)
             result = result.model_copy(update={"verdict": "cached"})
             _log().info(step_line(self.run, result))
         return result

@@ -21,7 +21,14 @@ from coder_chat import CoderError
 from coder_chat.durable.context import ChatSetup, StepContext, StepTools
 from coder_chat.durable.fence import FenceGuard
 from coder_chat.durable.markers import step_number
-from coder_chat.durable.records import Fence, StepRecord, WorkflowRecord, WorkflowState
+from coder_chat.durable.records import (
+    Fence,
+    StepRecord,
+    WorkflowRecord,
+    WorkflowState,
+    prompt_digest,
+)
+from coder_chat.durable.step import StepResult
 from coder_chat.durable.store import FencedOut
 from prefect_coder.blocks import CoderCredentials
 from prefect_coder.tasks._runtime import Ledger, Runtime, runtime, with_retries
@@ -231,3 +238,30 @@ async def heartbeat_forever(run: WorkflowRun, report: Callable[[str], None]) -> 
             return
         except CoderError as exc:
             report(f"Heartbeat of workflow {run.workflow_id} failed ({exc}); trying again.")
+
+
+async def record_cached_step(run: WorkflowRun, prompt: str, result: StepResult) -> None:
+    """A step Prefect's result cache answered, written to the store when it lacks it (a
+    ledger lost or replaced while the results were kept): its record and checkpoint, so
+    that the next step goes on in the same chat, and the sweep and the archive know it."""
+    store, tenant, wid = run.runtime.store, run.tenant, run.workflow_id
+    if await with_retries(lambda: store.get_step(tenant, wid, result.step)) is not None:
+        return  # the usual case: the store had it, and the cache saved reading it
+    record = StepRecord(
+        tenant=tenant,
+        workflow_id=wid,
+        step=result.step,
+        chat_id=result.chat_id,
+        last_seen_message_id=result.last_seen_message_id,
+        text=result.text,
+        output=result.output,
+        verdict=result.verdict if result.verdict in _RUN_VERDICTS else "ran",
+        prompt_digest=prompt_digest(prompt),
+        prompt=prompt,
+        notes=[*result.notes, "recorded from Prefect's result cache"],
+    )
+    await with_retries(lambda: store.complete_step(run.fence, record))
+
+
+#: How a step can have finished when it was run (a cached "stored" answer ran earlier).
+_RUN_VERDICTS = frozenset({"ran", "recovered", "resubmitted"})
