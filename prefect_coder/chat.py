@@ -48,7 +48,7 @@ from pydantic import BaseModel
 from coder_chat import CoderConfigError, CoderError, CoderStoreError, is_retryable
 from coder_chat.durable.context import StepTools
 from coder_chat.durable.records import PromptChanged, StepRecord, WorkflowState
-from coder_chat.durable.step import StepResult, check_same_prompt
+from coder_chat.durable.step import StepResult, check_same_prompt, check_sent_prompt
 from coder_chat.durable.store import FencedOut
 from prefect_coder.blocks import CoderCredentials
 from prefect_coder.tasks._runtime import (
@@ -340,7 +340,7 @@ class DurableChat:
             result = self._replayed(stored, prompt)
         else:
             if began.replay:
-                await self._go_on(began)
+                await self._go_on(began, prompt)
             await self._save_patches()
             result = await self._run_turn(step, prompt, output)
         self.results.append(result)
@@ -442,23 +442,37 @@ class DurableChat:
             _log().info(step_line(self.run, result))
         return result
 
-    async def _go_on(self, began: Began) -> None:
-        """A turn past the end of a workflow that finished earlier: it goes on only when
-        its chat was kept (``archive_at_end`` off); then this run takes it over."""
+    async def _go_on(self, began: Began, prompt: str | None = None) -> None:
+        """This run goes past what the workflow's earlier runs did, so it takes the
+        workflow over (its next epoch). A workflow that finished goes on only when its
+        chat was kept (``archive_at_end`` off). ``prompt``: the turn it goes on with,
+        checked first against a send of the same step an earlier run left in flight, so
+        that a changed prompt is refused before anything is taken."""
         if began.finished_before and (began.before is None or began.before.archive_at_end):
             raise WorkflowFinished(
                 f"workflow {self.workflow_id!r} finished after {len(began.stored)} step(s) "
                 "and archived its chat, so it takes no more turns; use a new workflow id"
             )
-        run = began.run
+        if prompt is not None:
+            await self._refuse_a_changed_send(began, prompt)
+        run, before = began.run, began.before
         run.fence = run.guard.fence = await take_epoch(run.runtime, run.workflow)
         began.replay = False
         await self._started(_log())
-        before = began.before
         if before is not None and before.state in ENDED_BY_FAILURE and before.chat_id:
             # Resumed after it failed or was cancelled: its chat was archived then.
             chat_id = before.chat_id
             await with_retries(lambda: reopen_chat(run, chat_id, _log().info))
+
+    async def _refuse_a_changed_send(self, began: Began, prompt: str) -> None:
+        """Raise :class:`PromptChanged` when an earlier run left this step in flight with
+        another prompt (one read of the chat's history, only in that case)."""
+        step, before = len(self.results) + 1, began.before
+        in_flight = step == began.last_sent_step and step not in began.stored
+        if not in_flight or before is None or before.chat_id is None:
+            return
+        ctx, chat_id = began.run.step_context(step, _log().info), before.chat_id
+        await with_retries(lambda: check_sent_prompt(ctx, prompt, chat_id))
 
     # -- end ----------------------------------------------------------------------------
     async def __aexit__(

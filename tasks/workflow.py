@@ -169,14 +169,14 @@ class Began:
 
 
 async def begin_workflow(workflow: Workflow) -> Began:
-    """Take the workflow's next epoch when it is new or nothing of it finished; else
-    replay it from the store, taking nothing until the run goes on past what is stored."""
+    """Take the first epoch of a new workflow; replay one that ran before from the store,
+    taking nothing until the run goes on past what its earlier runs did."""
     rt = runtime(workflow.credentials, workflow.ledger)
     wid = workflow.workflow_id
     before = await with_retries(lambda: rt.store.get_workflow(rt.tenant, wid))
     stored = await _stored(rt, wid) if before is not None else {}
     previous = before.flow_run_id if before and before.state == WorkflowState.RUNNING else None
-    if before is not None and (stored or before.state == WorkflowState.FINISHED):
+    if before is not None:
         fence = Fence(tenant=rt.tenant, workflow_id=wid, epoch=before.epoch)
         run = WorkflowRun(workflow, fence, rt)
         sent = max(stored, default=0)

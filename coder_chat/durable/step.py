@@ -234,7 +234,7 @@ async def recover(
     the attempt on it must be this step's with this prompt: one sent with another prompt
     is refused, untouched.
     """
-    await _check_sent_prompt(ctx, spec, chat_id)
+    await check_sent_prompt(ctx, spec.prompt, chat_id)
     settled, tail = await _settled_history(ctx, chat_id, reason)
     cut_short = settled.cut_short or (reason in PINS_CUT_SHORT and settled.stopped_at is None)
     last_user = tail.prompt
@@ -336,16 +336,17 @@ def _ended_before(attempt: list[ChatMessage], stopped_at: datetime, ctx: StepCon
     return ended
 
 
-async def _check_sent_prompt(ctx: StepContext, spec: StepSpec, chat_id: str) -> None:
-    """Refuse, before acting, an attempt of this step that was sent with another prompt."""
-    if not spec.prompt:
+async def check_sent_prompt(ctx: StepContext, prompt: str, chat_id: str) -> None:
+    """Refuse, before acting, an attempt of this step that was sent with another prompt
+    (a read of the chat's history; nothing is written)."""
+    if not prompt:
         return  # a reconcile that only wants to know whether the step finished
     last_user = (await read_tail(ctx.client, chat_id, ctx.marker)).prompt
     if last_user is None:
         return
-    if spec.prompt not in last_user.text():
+    if prompt not in last_user.text():
         sent = last_user.text().replace(ctx.marker, "", 1).strip()
-        raise PromptChanged(ctx.workflow_id, ctx.step, sent, spec.prompt, finished=False)
+        raise PromptChanged(ctx.workflow_id, ctx.step, sent, prompt, finished=False)
 
 
 def _outcome_never_seen(ctx: StepContext, after: list[TranscriptMessage]) -> bool:

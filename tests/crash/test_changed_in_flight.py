@@ -1,0 +1,67 @@
+"""Crash point 4 with a person's changed code: a process SIGKILLed while step 2's turn runs
+on Coder, then a run whose step 2 asks another prompt. It is refused before it takes
+anything (the store byte-for-byte as the crash left it), and the workflow's own code then
+recovers step 2 as if the refused run had never been."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from coder_chat.durable.markers import step_marker
+
+from .invariants import Expect, attempts_of, check_invariants
+from .lab import CrashLab
+from .test_crash_points import PROMPTS, SHORT_STALL, only_chat
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def rows(db: Path, workflow_id: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(db) as conn:
+        return [
+            *conn.execute("SELECT * FROM workflows WHERE workflow_id = ?", (workflow_id,)),
+            *conn.execute(
+                "SELECT * FROM steps WHERE workflow_id = ? ORDER BY step", (workflow_id,)
+            ),
+            *conn.execute(
+                "SELECT * FROM chats WHERE workflow_id = ? ORDER BY chat_id", (workflow_id,)
+            ),
+        ]
+
+
+async def test_a_changed_prompt_for_a_step_in_flight_is_refused_before_anything_is_taken(
+    lab: CrashLab,
+) -> None:
+    sim, wf = lab.sim, "wf-changed-in-flight"
+    params: dict[str, Any] = {"workflow_id": wf, "prompts": PROMPTS}
+    sim.faults.hold("send_message", "before")  # step 2's send: the first send of the workflow
+    first = await lab.start(**params)
+    held = await lab.held(sim.faults.wait_held("send_message", timeout=90), first, "send held")
+    sim.config.step_delay = SHORT_STALL
+    sim.faults.decide(held.id, "release")
+    chat = only_chat(lab, wf)
+    marker = step_marker(wf, 2)
+    await lab.until(
+        lambda: len(attempts_of(sim.messages(chat.id), marker)) == 1 and chat.status == "running",
+        first,
+        "step 2 running",
+    )
+    await lab.crash(first)
+    sim.config.step_delay = 0.0
+    before, requests = rows(lab.db, wf), len(sim.records.requests)
+
+    changed = await lab.start(**{**params, "prompts": [PROMPTS[0], "confirm it twice"]})
+    assert await changed.proc.wait() != 0
+    assert "PromptChanged" in changed.output() and "step 2 of workflow" in changed.output()
+    assert rows(lab.db, wf) == before  # no epoch taken, nothing written
+    sent = [r for r in sim.records.requests[requests:] if r.method != "GET"]
+    assert sent == [], sent  # it only read the chat's history
+
+    results = await lab.finish(await lab.start(**params))
+    await check_invariants(
+        lab, results, Expect(wf, PROMPTS, verdicts={1: "stored", 2: "recovered"})
+    )
