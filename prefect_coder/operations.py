@@ -84,16 +84,17 @@ async def _cancel_flow_run(flow_run_id: str, report: Callable[[str], None]) -> N
 
 async def resume_workflow(store: DurableStore, tenant: str, workflow_id: str) -> FlowRun:
     """Launch the workflow's deployment again, with its last run's parameters, to carry on
-    a workflow that failed or was cancelled (after its cause is fixed). Returns the new run.
+    a workflow that failed or was cancelled, or one left running by a run that ended (the
+    sweep gave up relaunching it), after its cause is fixed. Returns the new run.
 
     The store is not changed here: the new run takes the workflow over when it goes past
     its finished steps, and reopens its chat.
     """
     workflow = await _workflow(store, tenant, workflow_id)
-    if workflow.state not in RESUMABLE:
+    if workflow.state not in RESUMABLE and workflow.state != WorkflowState.RUNNING:
         raise CoderConfigError(
-            f"workflow {workflow_id!r} is {workflow.state}: only a failed or cancelled "
-            "workflow is resumed"
+            f"workflow {workflow_id!r} is {workflow.state}: only a failed, cancelled or "
+            "stranded workflow is resumed"
         )
     if not workflow.flow_run_id:
         raise CoderConfigError(
@@ -108,6 +109,11 @@ async def resume_workflow(store: DurableStore, tenant: str, workflow_id: str) ->
                 f"the last flow run of workflow {workflow_id!r} ({workflow.flow_run_id}) is "
                 "gone from Prefect: run its flow again with the same workflow id"
             ) from None
+        if workflow.state == WorkflowState.RUNNING and not _ended(last):
+            raise CoderConfigError(
+                f"workflow {workflow_id!r} is running: its flow run {last.name!r} is "
+                f"{last.state_name}; cancel it first to stop it"
+            )
         if last.deployment_id is None:
             raise CoderConfigError(
                 f"workflow {workflow_id!r} ran outside a deployment: run its flow again with "
@@ -122,6 +128,12 @@ async def resume_workflow(store: DurableStore, tenant: str, workflow_id: str) ->
             timeout=0,
             as_subflow=False,
         )
+
+
+def _ended(run: FlowRun) -> bool:
+    """Whether nothing runs the flow run any more (a workflow held by it is stranded, e.g.
+    after its relaunches were refused for a changed prompt and the sweep gave up)."""
+    return run.state is not None and run.state.is_final()
 
 
 async def _workflow(store: DurableStore, tenant: str, workflow_id: str) -> WorkflowRecord:

@@ -18,6 +18,7 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 from prefect.client.schemas.objects import FlowRun
 from prefect.flow_engine import run_flow
+from prefect.states import Crashed, Running
 
 from coder_chat import CoderConfigError
 from coder_chat.durable.context import StepTools
@@ -138,5 +139,29 @@ async def test_a_failed_workflow_is_resumed_once_its_code_is_fixed(
         await resume_workflow(*store_of(sim), "nothing-of-that-name")
     AFTER_FIRST["do"] = "go on"  # the fix is deployed
     assert await execute(await resume_workflow(*store_of(sim), wid)) == ["stored", "ran"]
+    assert (await stored(sim, wid)).state == WorkflowState.FINISHED
+    assert sent(sim, FIRST) == 1 and sent(sim, SECOND) == 1
+
+
+async def test_a_stranded_workflow_is_resumed_and_a_live_one_is_not(
+    sim: Simulator, deployment: Any
+) -> None:
+    """A workflow left running by a run that ended (the sweep gave up relaunching it, say)
+    is resumed; one whose run is still going is refused, in words."""
+    wid = "review-505"
+    AFTER_FIRST["do"] = "crash"
+    crashed = await run_from_deployment(deployment, wid)
+    with pytest.raises(Crash):
+        await execute(crashed)
+    assert (await stored(sim, wid)).state == WorkflowState.RUNNING
+    AFTER_FIRST["do"] = "go on"
+    resumed = await resume_workflow(*store_of(sim), wid)
+    async with get_client() as client:  # as if its worker had taken it up: Running
+        await client.set_flow_run_state(crashed.id, Running(), force=True)
+    with pytest.raises(CoderConfigError, match="is running: its flow run"):
+        await resume_workflow(*store_of(sim), wid)
+    async with get_client() as client:
+        await client.set_flow_run_state(crashed.id, Crashed(), force=True)
+    assert await execute(resumed) == ["stored", "ran"]
     assert (await stored(sim, wid)).state == WorkflowState.FINISHED
     assert sent(sim, FIRST) == 1 and sent(sim, SECOND) == 1

@@ -120,4 +120,4 @@ async def test_cancel_then_resume_from_the_command_line(
     assert sent(sim, FIRST) == 1 and sent(sim, SECOND) == 1
     # A finished workflow is not resumed.
     code, _, err = await cli("workflows", "resume", wid, *store_args, "--org", org)
-    assert code == 2 and "only a failed or cancelled workflow is resumed" in err
+    assert code == 2 and "only a failed, cancelled or stranded workflow is resumed" in err
