@@ -256,6 +256,12 @@ class DurableChat:
                 "runs come from the store; this run takes the workflow over at its first new "
                 "step, and changes nothing before."
             )
+            if self.owns_run and began.run.flow_run_id is not None:
+                # Named as ours from the start: a long replay is not taken for a run lost
+                # before it began (the sweep relaunches those).
+                name, tag = replaying_name(self.workflow_id), workflow_tag(self.workflow_id)
+                run_id = began.run.flow_run_id
+                await name_the_run(run_id, current_flow_run.name or "", name, log, tag=tag)
             if failure is not None:
                 await self._end(failure, log)
                 raise failure
@@ -628,6 +634,11 @@ class DurableChat:
 def replay_name(workflow_id: str) -> str:
     """The name of a run of a workflow that had finished: it takes no epoch."""
     return f"{workflow_id} · already finished"
+
+
+def replaying_name(workflow_id: str) -> str:
+    """The name of a run replaying a workflow that ran before, until it takes it over."""
+    return f"{workflow_id} · replaying"
 
 
 def tally(results: Sequence[StepResult]) -> str:

@@ -54,8 +54,10 @@ def run_name(workflow_id: str, epoch: int) -> str:
 #: Names Prefect makes up for a run (``crafty-otter``; the run form fills in ones like
 #: ``xi3-aguateca-g``), and names of ours from an earlier try of the same run (a suspended
 #: run resumes under the name it had).
-_OURS = re.compile(r" · (epoch \d+|already finished)$|^\d+ workflows?: ")
-_MADE_UP = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)+$| · (epoch \d+|already finished|resumed)$")
+_OURS = re.compile(r" · (epoch \d+|already finished|replaying)$|^\d+ workflows?: ")
+_MADE_UP = re.compile(
+    r"^[a-z0-9]+(-[a-z0-9]+)+$| · (epoch \d+|already finished|replaying|resumed)$"
+)
 
 
 def began_a_workflow(run_name: str) -> bool:
