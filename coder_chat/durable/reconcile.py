@@ -70,6 +70,11 @@ class PauseAnswer:
     ran: int = 0
     #: Calls answered "not run" or "no result recorded" (``retire``).
     unanswered: int = 0
+    #: Structured answers taken as they were (``structured_output``: nothing to run).
+    accepted: int = 0
+    #: Calls answered with an error without running: a tool not available here, or
+    #: arguments it refuses.
+    refused: int = 0
     #: ``committing`` calls whose tool is not here: nothing was submitted.
     blocked: list[str] = field(default_factory=list)
 
@@ -79,10 +84,15 @@ class PauseAnswer:
                 f"left paused: call(s) {', '.join(self.blocked)} have an effect in flight that "
                 "only their tool can finish (give the tool to whoever reconciles this chat)"
             )
-        parts = [f"{self.recorded} from the ledger", f"{self.ran} run now"]
-        if self.unanswered:
-            parts.append(f"{self.unanswered} answered as not run")
-        return f"answered {len(self.results)} pending call(s): " + ", ".join(parts)
+        counts = [
+            (self.recorded, "from the ledger"),
+            (self.ran, "run now"),
+            (self.unanswered, "answered as not run"),
+            (self.accepted, "structured answer(s) taken"),
+            (self.refused, "refused (tool not available here, or bad arguments)"),
+        ]
+        parts = [f"{n} {what}" for n, what in counts if n]
+        return f"answered {len(self.results)} pending call(s): " + (", ".join(parts) or "none")
 
 
 async def answer_pause(
@@ -159,6 +169,7 @@ async def _resume_answer(
     if durable is not None:
         tool = durable.bind(ctx.binding)
     elif name == STRUCTURED_OUTPUT and ctx.tools.structured is None:
+        answer.accepted += 1
         _add(answer, call_id, {"ok": True}, False)  # another step's schema: nothing to check
         return
     elif name == STRUCTURED_OUTPUT:
@@ -170,14 +181,17 @@ async def _resume_answer(
             f"Running plain tool {name} again for call {call_id} (plain tools keep no ledger)."
         )
     else:
+        answer.refused += 1
         _add(answer, call_id, f"Tool {name!r} is not available in this session.", True)
         return
     try:
         args = tool.validate(call_args(call.args))
     except ToolArgumentsError as exc:
+        answer.refused += 1
         _add(answer, call_id, str(exc), True)
         return
     if tool.function is None:  # structured_output: the arguments are the answer
+        answer.accepted += 1
         _add(answer, call_id, {"ok": True}, False)
         return
     answer.ran += 1
@@ -207,6 +221,7 @@ async def _late_answer(
     try:
         args = durable.tool.validate(call_args(call.args))
     except ToolArgumentsError as exc:
+        answer.refused += 1
         _add(answer, call_id, str(exc), True)
         return
     digest = args_digest(args.model_dump(mode="json"))
@@ -253,6 +268,7 @@ async def _retire_answer(
         answer.ran += 1
         _add(answer, call_id, await durable.redrive(binding or ctx.binding, entry, args), False)
     elif name == STRUCTURED_OUTPUT:
+        answer.accepted += 1
         _add(answer, call_id, {"ok": True}, False)
     else:
         answer.unanswered += 1

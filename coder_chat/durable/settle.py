@@ -73,7 +73,7 @@ async def settle_wait(ctx: StepContext, chat_id: str, reason: RecoveryReason) ->
             stopped_at = entry.stopped_at
         cut_short = stopped_at is None  # else history decides (step.recover)
         ctx.report(
-            f"{ctx.name}: the earlier attempt ended in a {_plain(reason)}; "
+            f"{ctx.name}: the earlier attempt ended in {_plain(reason)}; "
             "stopped what was left of it on the chat."
         )
     else:
@@ -186,5 +186,7 @@ async def _until_settled(ctx: StepContext, chat_id: str, cut_short: bool) -> str
 
 
 def _plain(reason: RecoveryReason) -> str:
-    """A recovery reason as words for a log line (``step_timeout`` → ``step timeout``)."""
-    return reason.replace("_", " ")
+    """A recovery reason as words for a log line, with its article (``hard_crash`` →
+    ``a hard crash``, ``abort`` → ``an abort``)."""
+    words = reason.replace("_", " ")
+    return f"an {words}" if words[:1] in "aeiou" else f"a {words}"

@@ -639,3 +639,31 @@ async def test_a_lost_interrupt_within_the_clock_skew_still_cuts_the_attempt(
         sim, store, "wf-lost-stop-skew", replace(FAST, clock_skew=30.0)
     )
     assert again.verdict == "resubmitted" and sends == 2
+
+
+async def test_a_pause_answer_says_what_became_of_every_call(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    """Every answered call is counted under what was done with it: a tool this step does
+    not have is refused, and the summary's counts add up to the calls answered."""
+    tenant = str(sim.organization_id)
+    tools = StepTools.build([charge_card])
+    async with (
+        Wire(sim) as wire,
+        ChatClient(base_url=sim.base_url, token=sim.token) as client,
+    ):
+        fence = await store.begin_run(tenant, "wf-refused")
+        ctx = StepContext(client, store, fence, "wf-refused", 1, StepTools(), FAST)
+        declared = [
+            t.declaration().model_dump(exclude_none=True) for t in tools.for_session(ctx.binding)
+        ]
+        chat = await wire.create(
+            '[wf-refused/step-1] pay /tool charge_card {"amount_cents": 100}',
+            labels=chat_labels("wf-refused", 1, "local", await store.store_id()),
+            unsafe_dynamic_tools=declared,
+        )
+        await sim.wait_for_status(str(chat["id"]), "requires_action")
+        answer = await answer_pause(ctx, str(chat["id"]), "resume")
+    assert answer.summary() == (
+        "answered 1 pending call(s): 1 refused (tool not available here, or bad arguments)"
+    )
