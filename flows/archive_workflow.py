@@ -13,7 +13,7 @@ from prefect_coder.tasks.settings import WorkflowSettings
 from prefect_coder.tasks.workflow import Workflow, WorkflowRun, finish_workflow, take_epoch
 
 
-@flow(name="archive-workflow")
+@flow(name="archive-workflow", flow_run_name="archive {workflow_id}")
 async def archive_workflow(
     workflow_id: str,
     tools: Sequence[str] = (),

@@ -1,7 +1,7 @@
 import httpx
 from prefect import flow
 from prefect.input import RunInput
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from prefect_coder import CoderCredentials, DurableChat, PostgresLedger, SqliteLedger, durable_tool
 from prefect_coder.demo_tools import PaymentsSettings
@@ -13,7 +13,9 @@ class RefundPlan(BaseModel):
 
 
 class Approval(RunInput):
-    approved: bool
+    approved: bool = Field(
+        default=False, description="Turn on to approve the refund; left off, it is declined."
+    )
 
 
 @durable_tool

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterName
 from prefect.settings import get_current_settings
 
 from coder_chat.durable.sqlite import SqliteStore
@@ -96,6 +97,11 @@ async def test_archive_workflow_archives_once(sim: Simulator, coder_env: Path) -
     assert sim.chat(results[0].chat_id).archived
     assert await archive_workflow(workflow_id="wf-flow-5") is True  # already archived is done
     assert await archive_workflow(workflow_id="wf-never-ran") is False
+    async with get_client() as client:  # runs named after what they archive, for people
+        runs = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(any_=["archive wf-flow-5"]))
+        )
+    assert len(runs) == 2
 
 
 @pytest.mark.parametrize("steps", [1, 4])
