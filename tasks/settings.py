@@ -52,6 +52,14 @@ class WorkflowSettings(BaseModel):
         title="Archive at end",
         description="Archive the chat when the workflow ends or definitively fails.",
     )
+    tell_turns: bool = Field(
+        default=True,
+        title="Tell each turn's story",
+        description=(
+            "Log each turn as it happens in its task run: the prompt, each tool the agent "
+            "calls and its outcome, reconnects, the reply (shortened). Off for large fleets."
+        ),
+    )
 
     def options(self) -> DurableOptions:
         """The durable layer's limits for these settings."""
@@ -59,4 +67,5 @@ class WorkflowSettings(BaseModel):
             request_timeout=self.request_timeout_seconds,
             step_deadline=self.step_deadline_seconds,
             settle_timeout=self.step_deadline_seconds,
+            story=self.tell_turns,
         )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import TypeVar
 
@@ -59,6 +59,7 @@ class ChatSession:
         interrupt_timeout: float = 15.0,
         client: ChatClient | None = None,
         before_action: BeforeAction | None = None,
+        story: Callable[[str], None] | None = None,
     ) -> None:
         if last_seen_message_id is not None:
             if (
@@ -97,6 +98,7 @@ class ChatSession:
         )
         if before_action is not None:
             self.options.before_action = before_action
+        self.options.story = story
         self.archive_retry_interval = archive_retry_interval
         self.archive_window = archive_window
         # A client handed in is shared: the session uses it but never closes it.

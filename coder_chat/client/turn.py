@@ -28,12 +28,13 @@ from ..errors import (
     CoderToolError,
     CoderTransportError,
 )
-from ..protocol.models import ChatErrorInfo, ToolCallRequest
+from ..protocol.models import ChatErrorInfo, MessageEvent, ToolCallRequest
 from ..protocol.models_hint import resolve_model_hint
 from ..protocol.transcript import pending_calls, structured_output, to_transcript
 from ..protocol.translator import TurnTranslator
-from .events import SegmentSettle, SegmentStart
+from .events import Emitter, SegmentSettle, SegmentStart, TransportEvent, WsOpen, WsRedial
 from .results import TurnResult, build_steps, turn_text
+from .story import TurnStory
 from .stream import ChatStream
 from .tools import (
     ClientTool,
@@ -77,6 +78,9 @@ class TurnOptions:
     action_grace: float = 2.0
     interrupt_timeout: float = 15.0
     before_action: BeforeAction = _no_check
+    #: Where the turn's story is told as it happens (:class:`.story.TurnStory`); ``None``:
+    #: not told.
+    story: Callable[[str], None] | None = None
 
 
 class Turn:
@@ -90,7 +94,10 @@ class Turn:
         if output_type is not None:
             self.tools["structured_output"] = structured_output_tool(output_type)
         self.translator = TurnTranslator(client_tools=frozenset(self.tools))
+        tell = session.options.story
+        self.story = None if tell is None else TurnStory(tell, client_tools=frozenset(self.tools))
         self.stream: ChatStream | None = None
+        self._redialled = False
         self.created_chat = False
         self.queued_id: int | None = None
         self.structured: BaseModel | None = None
@@ -110,7 +117,10 @@ class Turn:
             while self.translator.finish == "tool-calls":
                 results = await self.run_tools(self.translator.pending)
                 await self.segment(functools.partial(self.submit_results, results))
-            return self.result()
+            result = self.result()
+            if self.story is not None:
+                self.story.replied(result.text)
+            return result
         except CoderStreamError as exc:
             raise self.stream_failed(exc) from exc.__cause__
         finally:
@@ -183,6 +193,8 @@ class Turn:
         response = await self.client.send_message(
             session.chat_id, self.prompt, model_config_id=self.options.model_config_id
         )
+        if self.story is not None:
+            self.story.sent(self.prompt)
         if not response.queued and response.message is not None:
             self.translator.anchor_id = response.message.id
         else:
@@ -212,6 +224,8 @@ class Turn:
         )
         self.session.chat_id = self.session.last_known_chat_id = chat.id
         self.created_chat = True
+        if self.story is not None:
+            self.story.sent(self.prompt)
         self.translator.anchor_text = self.prompt
         await self.open_stream(chat.id, None)
 
@@ -231,8 +245,19 @@ class Turn:
             after_id,
             redial_initial=self.options.redial_initial,
             max_failures=self.options.redial_max_failures,
+            emit=None if self.story is None else _StoryEmitter(self.client.emit, self.told),
         )
         await self.stream.start()
+
+    def told(self, event: TransportEvent) -> None:
+        """A dropped stream and its return, in the story."""
+        assert self.story is not None
+        if isinstance(event, WsRedial):
+            self.story.reconnecting(event.consecutive_failures, event.backoff)
+            self._redialled = True
+        elif isinstance(event, WsOpen) and self._redialled:
+            self.story.reconnected()
+            self._redialled = False
 
     async def submit_results(self, results: list[dict[str, Any]]) -> None:
         assert self.session.chat_id is not None
@@ -263,6 +288,8 @@ class Turn:
             translator.ingest(event)
             if translator.opened:
                 self.queued_id = None
+                if self.story is not None and isinstance(event, MessageEvent):
+                    self.story.seen(event.message)
         if translator.finish == "error" and translator.error is None:
             await self.find_error()
 
@@ -307,6 +334,16 @@ class Turn:
         context = ToolCallContext(
             self.session.organization_id, self.session.chat_id, call.tool_call_id
         )
+        if self.story is not None:
+            self.story.client_call(call.tool_name, call.args)
+        output, is_error = await self.invoke(tool, args, context)
+        if self.story is not None:
+            self.story.client_result(call.tool_name, output, is_error)
+        return output, is_error
+
+    async def invoke(
+        self, tool: ClientTool, args: BaseModel, context: ToolCallContext
+    ) -> tuple[Any, bool]:
         try:
             return tool_output(await tool.invoke(args, context)), False
         except (CoderStoreError, CoderToolError):
@@ -422,3 +459,21 @@ class Turn:
     def remember_cursor(self) -> None:
         if self.session.chat_id is not None:
             self.session.last_seen_message_id = self.cursor()
+
+
+class _StoryEmitter(Emitter):
+    """The client's emitter, with the story told of the stream's redials: as enabled as
+    the client's own, so the story costs nothing per stream event."""
+
+    def __init__(self, inner: Emitter, tell: Callable[[TransportEvent], None]) -> None:
+        super().__init__(None)
+        self._inner, self._tell = inner, tell
+
+    @property
+    def enabled(self) -> bool:
+        return self._inner.enabled
+
+    def __call__(self, event: TransportEvent) -> None:
+        self._inner(event)
+        if isinstance(event, WsRedial | WsOpen):
+            self._tell(event)

@@ -46,6 +46,9 @@ class DurableOptions:
     action_grace: float = 2.0
     archive_retry_interval: float = 1.0
     archive_window: float = 15.0
+    #: Tell each turn's story (prompt, tool calls and outcomes, reconnects, reply) to the
+    #: step's report as it happens.
+    story: bool = False
 
     @property
     def horizon(self) -> float:

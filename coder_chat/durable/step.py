@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -459,7 +460,19 @@ async def _session(
         archive_window=opts.archive_window,
         interrupt_timeout=opts.interrupt_timeout,
         before_action=ctx.may_act,
+        story=_teller(ctx) if opts.story else None,
     )
+
+
+def _teller(ctx: StepContext) -> Callable[[str], None]:
+    """The turn's story as the step's report lines (``Step 2: sent 'Fix it'.``), the step
+    marker left out of the prompt: the line names the step already."""
+    marker = f"{ctx.marker} "
+
+    def tell(line: str) -> None:
+        ctx.report(f"{ctx.name}: {line.replace(marker, '', 1)}")
+
+    return tell
 
 
 async def _after_failure(

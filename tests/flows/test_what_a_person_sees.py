@@ -231,3 +231,45 @@ async def test_a_sweep_run_is_named_after_its_deployment_and_pass(
     async with get_client() as client:
         flow_run = await client.read_flow_run(run_id)
     assert re.fullmatch(r"sweep named · \d\d:\d\d:\d\d UTC", flow_run.name), flow_run.name
+
+
+async def test_a_turns_task_run_log_tells_its_story(sim: Simulator, coder_env: Path) -> None:
+    """The task run of a turn says, as it happens: the prompt sent, each tool the agent
+    calls (on Coder's side or here) and its outcome, and the reply with the turn's time;
+    shortened, without the step marker, never a secret."""
+    CHARGES.clear()
+    prompts = [
+        'run the tests /server-tool run_tests {"suite": "unit"}',
+        'charge it /tool charge_card {"amount_cents": 700}',
+    ]
+    state = await durable_chat(
+        workflow_id="wf-story", prompts=prompts, tools=TOOLS, return_state=True
+    )
+    assert state.is_completed()
+    async with get_client() as client:
+        logs = await run_logs(client, state.state_details.flow_run_id)  # type: ignore[arg-type]
+    told = [g.message for g in logs if OWN.match(g.name) and g.task_run_id is not None]
+    step_1 = [line for line in told if line.startswith("Step 1 of 2: ")]
+    step_2 = [line for line in told if line.startswith("Step 2 of 2: ")]
+    assert step_1[0].startswith("Step 1 of 2: sent the prompt 'run the tests /server-tool")
+    assert "the agent calls run_tests(suite: unit)." in step_1[1]
+    assert step_1[2].startswith('Step 1 of 2: run_tests returned: \'{"ok":true')
+    assert re.match(r"Step 1 of 2: replied in \d+\.\d s: 'Calling run_tests\.", step_1[-1])
+    assert "charge_card(amount_cents: 700); running it here." in step_2[1]
+    assert step_2[2].startswith("Step 2 of 2: charge_card returned: 'charged 700")
+    assert step_2[-1].startswith("Step 2 of 2: replied in ")
+    assert not any("[wf-story/step-" in line for line in told)  # the marker is left out
+    assert not any(sim.token in line for line in told)
+
+
+async def test_a_turns_story_can_be_turned_off_for_fleets(sim: Simulator, coder_env: Path) -> None:
+    state = await durable_chat(
+        workflow_id="wf-quiet",
+        prompts=["hello"],
+        settings=WorkflowSettings(tell_turns=False),
+        return_state=True,
+    )
+    async with get_client() as client:
+        logs = await run_logs(client, state.state_details.flow_run_id)  # type: ignore[arg-type]
+    told = [g.message for g in logs if OWN.match(g.name) and g.task_run_id is not None]
+    assert not any("sent the prompt" in line or "replied in" in line for line in told), told
