@@ -4,7 +4,9 @@ and end the workflows whose runs a person cancelled.
 Run it on a schedule (``deployments/prefect.yaml`` runs it every 5 minutes).
 A chat paused on a client tool is timed out by Coder after 5 minutes, and the
 model may then call the tool again; a sweep at least that frequent answers such
-a pause from the ledger before that happens.
+a pause from the ledger before that happens. The same file starts a pass at once
+when Prefect knows of a crash, a cancel or a run gone silent (its triggers): the
+schedule is for what no event reports.
 """
 
 import asyncio
@@ -26,6 +28,7 @@ from prefect_coder.tasks.sweep import (
     hold_the_sweep,
     relaunch_workflow,
     sweep_orphans,
+    take_silent_run_for_dead,
 )
 
 
@@ -44,6 +47,9 @@ async def orphan_sweep(
     lease_seconds: float = 30.0,
     lost_runs_within_seconds: float = 3600.0,
     relaunch_start_seconds: float = 300.0,
+    because: str = "",
+    silent_flow_run: str = "",
+    wait_for_pass_seconds: float = 0.0,
 ) -> dict[str, int]:
     """Sweep the chats and workflows of one durable-chat deployment.
 
@@ -72,8 +78,20 @@ async def orphan_sweep(
             workflow is relaunched again; a younger one is waited for. So is a run Running
             this long without beginning its workflow (its host died as it started): keep
             it above the time your flow takes to reach its first turn.
+        because: What started this pass, for its log (the deployment's triggers say which
+            event); empty for a scheduled pass or one started by hand.
+        silent_flow_run: A run of ``target_deployment`` that Prefect heard no heartbeat from
+            (``prefect.flow-run.<id>``, as the silent trigger names it): if it is still
+            Running it is marked Crashed, saying why, and its workflow relaunched.
+        wait_for_pass_seconds: When another pass is going, wait up to this long for it to
+            end and then go, rather than doing nothing (a crash it may have looked past is
+            not dropped); a pass that began after this one was asked for covers it.
     """
     await _name_the_pass(target_deployment)
+    if because:
+        run_log().info(f"This pass was started by {because}.")
+    if silent_flow_run and self_heal and not dry_run:
+        await take_silent_run_for_dead(silent_flow_run, target_deployment, because or "silent")
     sweep = SweepPass(
         target_deployment=target_deployment,
         orphan_age=orphan_age_seconds,
@@ -90,7 +108,9 @@ async def orphan_sweep(
     )
     lease = None
     if not dry_run:
-        lease = await hold_the_sweep(target_deployment, lease_seconds, credentials, ledger)
+        lease = await hold_the_sweep(
+            target_deployment, lease_seconds, credentials, ledger, wait_for_pass_seconds
+        )
         if lease is None:
             return {"chats": 0, "acted": 0, "stranded": 0, "relaunched": 0, "cancelled": 0}
     beat = asyncio.create_task(lease.keep()) if lease else None

@@ -16,10 +16,12 @@ from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.client.schemas.responses import OrchestrationResult, SetStateStatus
 from prefect.deployments.flow_runs import arun_deployment
 from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run as current_flow_run
 from prefect.settings import PREFECT_UI_URL
+from prefect.states import Crashed
 from pydantic import BaseModel
 
 from coder_chat import CoderError
@@ -384,19 +386,90 @@ async def hold_the_sweep(
     fresh_for: float,
     credentials: CoderCredentials | None,
     ledger: Ledger | None,
+    wait_for: float = 0.0,
 ) -> SweepLease | None:
     """The pass's lease on the deployment's sweep, or ``None`` (and a line saying why)
     when another pass that is alive holds it. A lease in the store, not Prefect's
     concurrency slot: a slot held by a run whose host died stays taken for minutes, and
-    across a restart of Prefect's server for good; a lease goes stale with its heartbeat."""
+    across a restart of Prefect's server for good; a lease goes stale with its heartbeat.
+
+    With ``wait_for`` (a pass an event started: a crash the pass going may already have
+    looked past) the pass waits up to that long for the lease instead, and ends only when
+    a pass that began after it first looked holds or held the lease: that one covers it.
+    """
     rt = runtime(credentials, ledger)
-    held = await with_retries(
-        lambda: take_sweep_lease(rt.store, rt.tenant, deployment, current_flow_run.id, fresh_for)
-    )
-    if isinstance(held, WorkflowRecord):
-        run_log().info(
-            f"Another pass of the sweep of {deployment} is going (run {held.flow_run_id}, its "
-            f"heartbeat at {held.heartbeat_at}); this pass does nothing."
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + wait_for
+    first: WorkflowRecord | None = None
+    while True:
+        held = await with_retries(
+            lambda: take_sweep_lease(
+                rt.store, rt.tenant, deployment, current_flow_run.id, fresh_for
+            )
         )
-        return None
-    return SweepLease(rt.store, held, fresh_for / 3)
+        if not isinstance(held, WorkflowRecord):
+            return SweepLease(rt.store, held, fresh_for / 3)
+        if first is None:
+            first = held
+        elif held.epoch > first.epoch:
+            run_log().info(
+                f"A pass of the sweep of {deployment} that began after this one was asked for "
+                f"(run {held.flow_run_id}) covers it; this pass does nothing."
+            )
+            return None
+        if loop.time() >= give_up:
+            run_log().info(
+                f"Another pass of the sweep of {deployment} is going (run {held.flow_run_id}, "
+                f"its heartbeat at {held.heartbeat_at}); this pass does nothing."
+            )
+            return None
+        if held is first and wait_for > 0:
+            run_log().info(
+                f"Another pass of the sweep of {deployment} is going (run {held.flow_run_id}); "
+                "this pass waits for it to end, then goes."
+            )
+        await asyncio.sleep(_LEASE_POLL_SECONDS)
+
+
+#: How often a pass waiting for another to end looks at the lease again.
+_LEASE_POLL_SECONDS = 1.0
+
+
+async def take_silent_run_for_dead(flow_run: str, deployment: str, because: str) -> bool:
+    """Mark Crashed a run of ``deployment`` that Prefect heard no heartbeat from (the
+    deployment's silent trigger names it, ``prefect.flow-run.<id>`` or its id), so that the
+    pass relaunches its workflow as it does any crashed run's. Only a run still Running is
+    marked: one that ended, paused or was cancelled meanwhile has said what became of it.
+    Returns whether it was marked."""
+    log = run_log()
+    try:
+        run_id = uuid.UUID(flow_run.removeprefix("prefect.flow-run."))
+    except ValueError:
+        log.warning(f"{flow_run!r} names no flow run; no run is taken for dead.")
+        return False
+    async with get_client() as client:
+        try:
+            run = await client.read_flow_run(run_id)
+            target = await client.read_deployment(run.deployment_id) if run.deployment_id else None
+        except ObjectNotFound:
+            log.info(f"Run {run_id} is gone; nothing to take for dead.")
+            return False
+        if target is None or target.name != deployment:
+            log.info(f"Run {run.name!r} is not a run of {deployment}; left to its own sweep.")
+            return False
+        if run.state is None or run.state.type != StateType.RUNNING:
+            state = run.state.name if run.state else "no state"
+            log.info(f"Run {run.name!r} went silent but is {state} now; nothing to take for dead.")
+            return False
+        message = (
+            f"Its process went silent ({because}): its host or its worker is gone. Marked "
+            "Crashed by the orphan sweep, which relaunches its workflow."
+        )
+        result: OrchestrationResult[Any] = await client.set_flow_run_state(
+            run_id, Crashed(message=message)
+        )
+    if result.status != SetStateStatus.ACCEPT:
+        log.info(f"Run {run.name!r} was not marked Crashed ({result.status.value}).")
+        return False
+    log.info(f"Run {run.name!r} went silent ({because}); marked Crashed.")
+    return True
