@@ -317,6 +317,7 @@ class DurableChat:
             self.expected_turns,
             key=f"progress-{slug(self.workflow_id)}",
             took_over_from=self.took_over_from,
+            lines=[progress_line(r) for r in self.results],  # replayed before it took over
         )
         await self._progress.start()
 
@@ -352,8 +353,7 @@ class DurableChat:
         self.results.append(result)
         self._prompts.append(prompt)
         if self._progress is not None:
-            why = "" if result.verdict == "ran" else f" ({VERDICT_WORDS[result.verdict]})"
-            await self._progress.advance(f"step {step}: {result.verdict}{why}")
+            await self._progress.advance(progress_line(result))
         if output is None:
             return result
         return Structured[output].model_validate({**result.model_dump(), "output": result.output})  # type: ignore[valid-type]
@@ -383,10 +383,17 @@ class DurableChat:
         if began.replay:
             await self._go_on(began)
         _log().info(f"{self._input_title(number)}: waiting for a person's answer.")
+        if self._progress is not None:
+            how = " (the run is suspended: it leaves its worker until then)" if suspend else ""
+            await self._progress.wait(
+                f"a person's answer: {input_type.__name__}, input {number}{how}"
+            )
         if suspend:
             answer = await asuspend_flow_run(wait_for_input=input_type, timeout=timeout)
         else:
             answer = await apause_flow_run(wait_for_input=input_type, timeout=timeout)
+        if self._progress is not None:
+            self._progress.waiting_for = None  # said with the next step's line
         self._inputs.append(answer.model_dump(mode="json"))
         run, told = self.run, list(self._inputs)
         await with_retries(lambda: run.runtime.store.save_inputs(run.fence, told))
@@ -634,6 +641,12 @@ class DurableChat:
 def replay_name(workflow_id: str) -> str:
     """The name of a run of a workflow that had finished: it takes no epoch."""
     return f"{workflow_id} · already finished"
+
+
+def progress_line(result: StepResult) -> str:
+    """``step 2: recovered (the crashed attempt had finished; …)``: a step in the progress."""
+    why = "" if result.verdict == "ran" else f" ({VERDICT_WORDS[result.verdict]})"
+    return f"step {result.step}: {result.verdict}{why}"
 
 
 def replaying_name(workflow_id: str) -> str:

@@ -245,6 +245,8 @@ class Progress:
     unit: str = "step"
     took_over_from: str | None = None
     lines: list[str] = field(default_factory=list)
+    #: What the run waits for now (a person's answer, say), if anything.
+    waiting_for: str | None = None
     every: float = 1.0
     _artifact: UUID | None = None
     _published_at: float = -float("inf")
@@ -260,6 +262,12 @@ class Progress:
         if time.monotonic() - self._published_at >= self.every or len(self.lines) == self.total:
             await self._publish()
 
+    async def wait(self, what: str | None) -> None:
+        """The run waits for ``what`` now (``None``: no longer): said at once, with every
+        item done so far, since a waiting run may wait for days."""
+        self.waiting_for = what
+        await self._publish()
+
     async def flush(self, *, finished: bool = False) -> None:
         """Publish what changed since the last update (``finished``: all of it is done)."""
         if finished and not self.total:
@@ -272,7 +280,9 @@ class Progress:
         of = f" of {self.total}" if self.total else ""
         head = f"**{self.title}**: {self.unit} {len(self.lines)}{of} done."
         took_over = [f"Took over from run {self.took_over_from!r}."] if self.took_over_from else []
-        return "\n".join([head, *took_over, *(f"- {line}" for line in self.lines)])
+        waiting = [f"Waiting for {self.waiting_for}."] if self.waiting_for else []
+        items = (f"- {line}" for line in self.lines)
+        return "\n".join([head, *took_over, *waiting, *items])
 
     async def _publish(self) -> None:
         # With no total known (a flow that decides its turns as it goes) there is no share

@@ -100,6 +100,12 @@ async def test_a_large_refund_waits_for_a_person_between_turns(
     paused = await wait_for_state("refund-8", StateType.PAUSED)
     assert not payments.applied  # nothing is refunded while a person decides
     assert user_prompts(sim, "[refund-8/step-2]") == 0
+    # Its progress says what is done and what it waits for, while it waits.
+    async with get_client() as client:
+        artifacts = await client.read_latest_artifacts()
+    [progress] = [a for a in artifacts if a.key == "progress-refund-8"]
+    said = progress.description or ""
+    assert "- step 1: ran" in said and "Waiting for a person's answer: Approval" in said, said
     await aresume_flow_run(paused.id, run_input={"approved": True})
     text = await running
     assert "refunded 25000 cents" in text
