@@ -1,0 +1,94 @@
+"""Recovery by events, from the shipped YAML: a killed flow run is relaunched by a pass of
+the orphan sweep that its Crashed event started, not by the 5-minute schedule.
+
+A real ``prefect server`` (no scheduler, so no scheduled pass can happen), ``prefect
+deploy`` from deployments/prefect.yaml, a process worker and ``prefect-coder simulator``.
+A durable-chat run is mid-step (its turn sleeps on the simulator) when its process alone is
+SIGKILLed: the worker reports it Crashed, the sweep's trigger starts a pass, and the pass
+relaunches the workflow, whose new run takes the next epoch and finishes every step.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterTags,
+    LogFilter,
+    LogFilterFlowRunId,
+)
+from prefect.client.schemas.objects import StateType
+
+from coder_chat.durable.records import WorkflowState
+from tests.integration.procs import managed_processes, until
+from tests.integration.recovery_stack import (
+    new_workflow_id,
+    recovery_stack,
+    sweep_runs,
+    wait_ended,
+)
+
+#: Bounds for cold processes on a loaded machine; nothing here is timed.
+TIMEOUT = 180.0
+CRASH_TRIGGER = "orphan-sweep on a crash or a cancel"
+
+pytestmark = [
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(
+        not Path("/proc/self/stat").exists(), reason="finds a worker's process tree in /proc"
+    ),
+]
+
+
+async def test_a_killed_flow_run_is_relaunched_by_its_crash_event(tmp_path: Path) -> None:
+    async with managed_processes(tmp_path) as procs, recovery_stack(procs, tmp_path) as stack:
+        client = stack.client
+        worker = await stack.start_worker()
+        workflow_id = new_workflow_id("it-event")
+        run = await stack.launch(workflow_id, ["/sleep 20 take your time", "say goodbye"])
+        await stack.began(workflow_id, 1, TIMEOUT)
+
+        async def mid_step() -> bool:
+            found = await client.read_flow_run(run.id)
+            return found.state is not None and found.state.type == StateType.RUNNING
+
+        await until(mid_step, "the run to be mid-step", TIMEOUT, [worker, stack.server])
+        await stack.kill_flow_run(worker)
+
+        record = await stack.began(workflow_id, 2, TIMEOUT)
+        tag = f"prefect-coder:relaunch:{workflow_id}"
+        [relaunch] = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag]))
+        )
+        assert record.flow_run_id == str(relaunch.id)
+
+        # The pass that relaunched it was started by the crash trigger; no other kind of
+        # pass ran (the server has no scheduler, and the schedule would be minutes away).
+        passes = await sweep_runs(client)
+        assert passes, "no sweep pass ran"
+        for sweep in passes:
+            assert sweep.created_by is not None and sweep.created_by.type == "AUTOMATION", sweep
+        relaunched_by = []
+        for sweep in passes:
+            logs = await client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[sweep.id]))
+            )
+            if any(f"Relaunched workflow {workflow_id}" in log.message for log in logs):
+                relaunched_by.append(sweep)
+                assert any("prefect.flow-run.Crashed" in log.message for log in logs), [
+                    log.message for log in logs
+                ]
+        [sweep] = relaunched_by
+        assert sweep.created_by is not None
+        assert sweep.created_by.display_value == CRASH_TRIGGER
+        assert sweep.parameters["because"].startswith("prefect.flow-run.Crashed of run ")
+
+        # The relaunch finishes the workflow; the killed run says it was superseded.
+        done = await wait_ended(client, relaunch.id, TIMEOUT)
+        assert done.state is not None and done.state.type == StateType.COMPLETED, done.state
+        finished = await stack.workflow(workflow_id)
+        assert finished is not None and finished.state == WorkflowState.FINISHED
+        dead = await client.read_flow_run(run.id)
+        assert dead.state is not None and dead.state.name == "Superseded", dead.state
