@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from typing import Any
 
 from prefect.client.schemas.objects import State
@@ -20,7 +21,7 @@ from prefect.states import Completed
 from pydantic import BaseModel
 
 from coder_chat.durable.step import StepResult, StepSpec, recover, run_step
-from prefect_coder.tasks._runtime import durable_task, run_log
+from prefect_coder.tasks._runtime import durable_task, run_log, story_log
 from prefect_coder.tasks.runs import slug
 from prefect_coder.tasks.workflow import WorkflowRun
 
@@ -34,9 +35,21 @@ VERDICT_WORDS = {
 }
 
 
-def step_line(run: WorkflowRun, result: StepResult) -> str:
-    """``Step 2 of 3: ran (sent once and answered).``"""
-    return f"{run.step_title(result.step)}: {result.verdict} ({VERDICT_WORDS[result.verdict]})."
+def step_line(run: WorkflowRun, result: StepResult, took: float | None = None) -> str:
+    """``Step 2 of 3: ran (sent once and answered).``; with the turn's story told, its time
+    and reply too: ``… answered) in 3.2 s: "All tests pass."``."""
+    said = f"{run.step_title(result.step)}: {result.verdict} ({VERDICT_WORDS[result.verdict]})"
+    if not run.settings.tell_turns:
+        return f"{said}."
+    when = "" if took is None else f" in {took:.1f} s"
+    return f"{said}{when}: {_quoted(result.text)}."
+
+
+def _quoted(text: str, limit: int = 160) -> str:
+    """The reply, shortened, in double quotes: Prefect shows the state's message in single
+    ones (``Completed('Step 2: ran … "All tests pass."')``)."""
+    flat = " ".join(text.split())
+    return '"' + (flat if len(flat) <= limit else flat[: limit - 1] + "…") + '"'
 
 
 def step_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
@@ -75,12 +88,14 @@ async def run_turn(
     where a line of our own would make two (each line costs about a millisecond in
     Prefect's console and API handlers, as much as the durable layer's store work).
     """
-    log = run_log()
+    log, started = run_log(), time.monotonic()
     first_try = run.epoch == 1 and _first_try()
-    ctx = run.step_context(step, log.info, first_try=first_try)
+    tell = story_log().info if run.settings.tell_turns else None
+    ctx = run.step_context(step, log.info, first_try=first_try, tell=tell)
     result = await run_step(ctx, StepSpec(prompt=prompt, output_type=output))
     # A stored step said so already, in the line that says where its answer came from.
-    message = None if result.verdict == "stored" else step_line(run, result)
+    took = time.monotonic() - started
+    message = None if result.verdict == "stored" else step_line(run, result, took)
     return Completed(data=result, message=message)
 
 

@@ -124,7 +124,12 @@ class WorkflowRun:
         return f"Step {step}{self.of_turns}"
 
     def step_context(
-        self, step: int, report: Callable[[str], None], *, first_try: bool = False
+        self,
+        step: int,
+        report: Callable[[str], None],
+        *,
+        first_try: bool = False,
+        tell: Callable[[str], None] | None = None,
     ) -> StepContext:
         return StepContext(
             self.runtime.client,
@@ -139,6 +144,7 @@ class WorkflowRun:
             setup=self.setup,
             title=self.step_title(step),
             guard=self.guard,
+            tell=tell,
         )
 
 

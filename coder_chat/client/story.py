@@ -1,5 +1,6 @@
 """A turn's story, as it happens, in plain words: the prompt sent, each tool the agent calls
-and what came of it, a dropped stream and its reconnect, and the reply.
+and what came of it, a dropped stream and its reconnect (the reply is the caller's to tell,
+with the turn's outcome).
 
 Every line is told once to ``tell`` (a task-run log, in Prefect), shortened, and holds
 only what the chat itself holds: prompts, tool names and arguments, outputs, replies.
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -34,7 +34,6 @@ class TurnStory:
         #: Told where they run (:meth:`client_call`), not again as the stream carries them.
         self.client_tools = client_tools
         self.limit = limit
-        self._started = time.monotonic()
         self._seen: set[tuple[str, str]] = set()
 
     def sent(self, prompt: str) -> None:
@@ -61,11 +60,6 @@ class TurnStory:
 
     def reconnected(self) -> None:
         self.tell("the stream is back; nothing it carried is lost.")
-
-    def replied(self, text: str) -> None:
-        took = time.monotonic() - self._started
-        reply = self._short(text) if text.strip() else "nothing in words"
-        self.tell(f"replied in {took:.1f} s: {reply}.")
 
     # -- wording ----------------------------------------------------------------------------
     def _once(self, part: ChatMessagePart, kind: str, line: str) -> None:

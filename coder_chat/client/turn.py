@@ -117,10 +117,7 @@ class Turn:
             while self.translator.finish == "tool-calls":
                 results = await self.run_tools(self.translator.pending)
                 await self.segment(functools.partial(self.submit_results, results))
-            result = self.result()
-            if self.story is not None:
-                self.story.replied(result.text)
-            return result
+            return self.result()
         except CoderStreamError as exc:
             raise self.stream_failed(exc) from exc.__cause__
         finally:

@@ -137,6 +137,8 @@ class StepContext:
     title: str = ""
     #: Checks, before each action on Coder, that this run still holds its epoch.
     guard: FenceGuard | None = None
+    #: Where the turn's story is told (``options.story``); ``None``: to ``report``.
+    tell: Callable[[str], None] | None = None
 
     @property
     def name(self) -> str:

@@ -467,10 +467,10 @@ async def _session(
 def _teller(ctx: StepContext) -> Callable[[str], None]:
     """The turn's story as the step's report lines (``Step 2: sent 'Fix it'.``), the step
     marker left out of the prompt: the line names the step already."""
-    marker = f"{ctx.marker} "
+    marker, to = f"{ctx.marker} ", ctx.tell or ctx.report
 
     def tell(line: str) -> None:
-        ctx.report(f"{ctx.name}: {line.replace(marker, '', 1)}")
+        to(f"{ctx.name}: {line.replace(marker, '', 1)}")
 
     return tell
 
