@@ -64,6 +64,7 @@ _LONG_FIRST = (
     "tests/fleet/test_fleet.py",
     "tests/integration/test_ui.py",
     "tests/integration/test_event_recovery.py",
+    "tests/integration/test_ui_cancel.py",
     "tests/integration/test_readme_setup.py",
     "tests/integration/test_readme_fleet.py",
     "tests/test_demo.py",
