@@ -27,9 +27,11 @@ from pydantic import BaseModel
 from coder_chat import CoderError
 from coder_chat.durable.context import StepTools
 from coder_chat.durable.records import Fence, WorkflowRecord, WorkflowState
+from coder_chat.durable.retire import Retired
 from coder_chat.durable.store import DurableStore, FencedOut
 from coder_chat.durable.sweep import (
     SWEEP_WORKFLOW,
+    ChatFinding,
     SweepPolicy,
     end_cancelled,
     mark_failed,
@@ -100,8 +102,10 @@ async def sweep_orphans(
     stranded, cancelled = await _stranded(rt.store, report.stranded, running, log.info)
     if not dry_run:
         for workflow in cancelled:
-            labelled = [f.chat_id for f in report.findings if f.workflow_id == workflow.workflow_id]
-            await _end_cancelled(rt, workflow, labelled, step_tools, policy, log.info)
+            mine = [f for f in report.findings if f.workflow_id == workflow.workflow_id]
+            labelled = [f.chat_id for f in mine]
+            retired = await _end_cancelled(rt, workflow, labelled, step_tools, policy, log.info)
+            _retold(mine, retired, workflow.workflow_id)
     findings = [vars(f) for f in report.findings]
     await _publish(deployment, report.chats_seen, findings, list(stranded.values()), cancelled)
     ended = f", {len(cancelled)} cancelled by a person" if cancelled else ""
@@ -124,8 +128,9 @@ async def _end_cancelled(
     tools: StepTools,
     policy: SweepPolicy,
     report: Callable[[str], None],
-) -> None:
-    """End a workflow whose run a person cancelled, and say so on that run."""
+) -> list[Retired]:
+    """End a workflow whose run a person cancelled, and say so on that run; returns what
+    became of its chats."""
     wid = workflow.workflow_id
     report(f"Workflow {wid}: its run was cancelled by a person, so the workflow ends.")
     retired = await end_cancelled(
@@ -143,6 +148,17 @@ async def _end_cancelled(
     report(said)
     if workflow.flow_run_id:
         await note_on_run(workflow.flow_run_id, said, report)
+    return retired
+
+
+def _retold(findings: list[ChatFinding], retired: list[Retired], workflow_id: str) -> None:
+    """The pass's findings of a cancelled workflow's chats, as they ended: first listed
+    as kept (its workflow was running then), then archived with it."""
+    ended = {r.chat_id: r for r in retired}
+    for finding in findings:
+        if (chat := ended.get(finding.chat_id)) is not None:
+            finding.action = chat.action
+            finding.reason = f"workflow {workflow_id} was cancelled by a person"
 
 
 async def _publish(

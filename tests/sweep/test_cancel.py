@@ -106,6 +106,7 @@ async def test_a_cancelled_run_whose_process_is_gone_ends_its_workflow(
     await cancel(run.id, done=True)
     first = await orphan_sweep(target_deployment="local", stale_heartbeat_seconds=0.0)
     assert first["cancelled"] == 1 and first["relaunched"] == 0 and first["stranded"] == 0
+    assert first["acted"] == 1  # its chat, archived with it (not "kept")
     workflow = await stored(coder_env, sim, wid)
     assert workflow.state == WorkflowState.CANCELLED and workflow.chat_id is not None
     assert sim.chat(workflow.chat_id).archived
