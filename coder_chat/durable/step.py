@@ -466,11 +466,17 @@ async def _session(
 
 def _teller(ctx: StepContext) -> Callable[[str], None]:
     """The turn's story as the step's report lines (``Step 2: sent 'Fix it'.``), the step
-    marker left out of the prompt: the line names the step already."""
+    marker left out of the prompt: the line names the step already.
+
+    Each line is written at the event loop's next turn, not in the call: the turn then
+    waits for Coder, and the line's cost (most of a millisecond through a log handler)
+    is paid while it waits, off the step's critical path. Lines keep their order.
+    """
     marker, to = f"{ctx.marker} ", ctx.tell or ctx.report
+    loop = asyncio.get_running_loop()
 
     def tell(line: str) -> None:
-        to(f"{ctx.name}: {line.replace(marker, '', 1)}")
+        loop.call_soon(to, f"{ctx.name}: {line.replace(marker, '', 1)}")
 
     return tell
 
