@@ -7,6 +7,7 @@ reads in the UI, so a failure here is logged and never fails the workflow.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -269,12 +270,17 @@ class Progress:
         await self._publish()
 
     async def flush(self, *, finished: bool = False) -> None:
-        """Publish what changed since the last update (``finished``: all of it is done)."""
+        """Publish what changed since the last update (``finished``: all of it is done; that
+        last word is tried again a few times, as no later update would mend it)."""
         if finished and not self.total:
             self.total = max(len(self.lines), 1)
             self._dirty = True
-        if self._dirty:
+        for pause in (0.5, 2.0, None) if finished else (None,):
+            if not self._dirty:
+                return
             await self._publish()
+            if self._dirty and pause is not None:
+                await asyncio.sleep(pause)
 
     def description(self) -> str:
         of = f" of {self.total}" if self.total else ""
