@@ -26,8 +26,10 @@ import asyncio
 import statistics
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
+from prefect.client.orchestration import PrefectClient
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 from prefect.client.schemas.objects import FlowRun, StateType
 
@@ -38,6 +40,7 @@ from tests.integration.recovery_stack import (
     Stack,
     new_workflow_id,
     recovery_stack,
+    sweep_runs,
     wait_ended,
 )
 
@@ -48,7 +51,8 @@ TRY_TIMEOUT = 120.0
 
 
 async def one_try(stack: Stack, kind: str) -> tuple[float, float]:
-    """(seconds to the relaunch run's creation, seconds to its new epoch)."""
+    """(seconds to the relaunch run's creation, seconds to its new epoch); prints where
+    the seconds went (Prefect's record of the dead run and of the sweep that relaunched it)."""
     client = stack.client
     if not any(w.running for w in stack.workers):
         await stack.start_worker()
@@ -56,7 +60,8 @@ async def one_try(stack: Stack, kind: str) -> tuple[float, float]:
     workflow_id = new_workflow_id(f"bench-{kind}")
     run = await stack.launch(workflow_id, [PROMPT])
     await stack.began(workflow_id, 1, 180.0)
-    await asyncio.sleep(2.0)  # the turn is sent and sleeping on the simulator
+    await stack.pulsing(run.id, 180.0)
+    await asyncio.sleep(1.0)  # the turn is sent and sleeping on the simulator
     if kind == "worker":
         killed = await stack.kill_worker(worker)
         await stack.start_worker()
@@ -79,7 +84,28 @@ async def one_try(stack: Stack, kind: str) -> tuple[float, float]:
     assert done.state is not None and done.state.type == StateType.COMPLETED, done.state
     dead = await client.read_flow_run(run.id)
     assert dead.state is not None and dead.state.name == "Superseded", dead.state
+    print("          " + await stages(client, run.id, killed, relaunch))
     return created, took_epoch
+
+
+async def stages(client: PrefectClient, dead: uuid.UUID, killed: float, relaunch: FlowRun) -> str:
+    """When, after the kill, Prefect knew (the dead run Crashed), the first sweep pass after
+    it was made and began running, and the relaunch was made."""
+    marks: list[str] = []
+    states = await client.read_flow_run_states(dead)
+    crashed = [s for s in states if s.type == StateType.CRASHED and s.timestamp is not None]
+    if crashed:
+        marks.append(f"crashed {crashed[0].timestamp.timestamp() - killed:5.1f}")
+    sweeps = [r for r in await sweep_runs(client) if r.created and r.created.timestamp() > killed]
+    if sweeps:
+        first = sweeps[0]
+        assert first.created is not None
+        marks.append(f"sweep made {first.created.timestamp() - killed:5.1f}")
+        if first.start_time is not None:
+            marks.append(f"sweep running {first.start_time.timestamp() - killed:5.1f}")
+    assert relaunch.created is not None
+    marks.append(f"relaunch made {relaunch.created.timestamp() - killed:5.1f}")
+    return " · ".join(marks)
 
 
 def line(label: str, values: list[float]) -> str:

@@ -65,6 +65,7 @@ from prefect_coder.tasks.lifecycle import (
     reopen_chat,
     retire_workflow_chat,
 )
+from prefect_coder.tasks.pulse import Pulse
 from prefect_coder.tasks.runs import (
     Progress,
     deployment_name,
@@ -184,6 +185,8 @@ class DurableChat:
         self._inputs_used = 0
         self._began: Began | None = None
         self._heart: asyncio.Task[None] | None = None
+        #: Tells Prefect this run is alive while it holds the workflow (its own flow run's).
+        self._pulse: Pulse | None = None
         self._progress: Progress | None = None
         #: Each patch the workflow met and what it decided (``patched``); the names of the
         #: decisions not yet in the store, written before the next turn sends.
@@ -312,6 +315,8 @@ class DurableChat:
                 run.flow_run_id, current_flow_run.name or "", name, log, tag=tag
             )
             self.took_over_from = await supersede(self.previous_run, run.flow_run_id, name, log)
+        self._pulse = Pulse(self.settings.pulse_seconds)
+        self._pulse.start(name)
         self._progress = Progress(
             self.workflow_id,
             self.expected_turns,
@@ -389,7 +394,11 @@ class DurableChat:
                 f"a person's answer: {input_type.__name__}, input {number}{how}"
             )
         if suspend:
+            if self._pulse is not None:
+                self._pulse.stop()  # the process leaves; its silence is no death
             answer = await asuspend_flow_run(wait_for_input=input_type, timeout=timeout)
+            if self._pulse is not None:
+                self._pulse.restart()  # answered already: this run goes on
         else:
             answer = await apause_flow_run(wait_for_input=input_type, timeout=timeout)
         if self._progress is not None:
@@ -631,6 +640,9 @@ class DurableChat:
         return newer is not None and newer.epoch > run.epoch
 
     async def _stop_beating(self) -> None:
+        if self._pulse is not None:
+            self._pulse.stop()
+            self._pulse = None
         if self._heart is not None:
             self._heart.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -52,6 +52,15 @@ class WorkflowSettings(BaseModel):
         title="Archive at end",
         description="Archive the chat when the workflow ends or definitively fails.",
     )
+    pulse_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        title="Pulse interval (seconds)",
+        description=(
+            "How often the run tells Prefect it is alive, so that a run whose host died is "
+            "relaunched in seconds (the orphan sweep's silent trigger); 0: never."
+        ),
+    )
     tell_turns: bool = Field(
         default=True,
         title="Tell each turn's story",

@@ -30,6 +30,7 @@ from prefect.workers.process import ProcessWorker
 
 from coder_chat.durable.records import WorkflowRecord
 from coder_chat.durable.sqlite import SqliteStore
+from prefect_coder.tasks.pulse import PULSE
 from tests.integration.procs import (
     Proc,
     Processes,
@@ -101,6 +102,26 @@ class Stack:
         return await until(
             taken, f"{workflow_id} to reach epoch {epoch}", timeout, [self.server], 0.1
         )
+
+    async def pulses(self, run_id: uuid.UUID) -> int:
+        """How many of a run's pulses Prefect's server has received."""
+        body = {
+            "filter": {
+                "event": {"name": [PULSE]},
+                "resource": {"id": [f"prefect.flow-run.{run_id}"]},
+            },
+            "limit": 50,
+        }
+        response = await self.client.request("POST", "/events/filter", json=body)
+        return len(response.json()["events"])
+
+    async def pulsing(self, run_id: uuid.UUID, timeout: float) -> None:
+        """Returns once Prefect has heard the run pulse (it holds its workflow)."""
+
+        async def heard() -> bool:
+            return await self.pulses(run_id) > 0
+
+        await until(heard, f"a pulse of run {run_id}", timeout, [self.server], 0.2)
 
     def flow_run_group(self, worker: Proc) -> int:
         """The process group of the flow run the worker started (a session of its own)."""

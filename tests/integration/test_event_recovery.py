@@ -10,6 +10,7 @@ relaunches the workflow, whose new run takes the next epoch and finishes every s
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,51 @@ async def test_a_killed_flow_run_is_relaunched_by_its_crash_event(tmp_path: Path
         assert finished is not None and finished.state == WorkflowState.FINISHED
         dead = await client.read_flow_run(run.id)
         assert dead.state is not None and dead.state.name == "Superseded", dead.state
+
+
+PULSE_TRIGGER = "orphan-sweep on a run whose pulse stopped"
+#: Longer than the pulse trigger's window (15 s) and a proactive evaluation (5 s) together.
+QUIET_WATCH = 25.0
+
+
+async def test_a_dead_host_is_known_by_its_stopped_pulse(tmp_path: Path) -> None:
+    """The worker and its flow run SIGKILLed together (a host dies): nobody reports the
+    run, its pulse stops, and the trigger on that starts the pass that marks it Crashed
+    and relaunches it. Prefect's own heartbeat (30 s at best) plays no part; and a run that
+    ended well after its pulse starts no pass."""
+    async with managed_processes(tmp_path) as procs, recovery_stack(procs, tmp_path) as stack:
+        client = stack.client
+        worker = await stack.start_worker()
+        workflow_id = new_workflow_id("it-pulse")
+        run = await stack.launch(workflow_id, ["/sleep 20 take your time", "say goodbye"])
+        await stack.began(workflow_id, 1, TIMEOUT)
+        await stack.pulsing(run.id, TIMEOUT)
+        await stack.kill_worker(worker)
+        await stack.start_worker()
+
+        await stack.began(workflow_id, 2, TIMEOUT)
+        passes = await sweep_runs(client)
+        assert passes, "no sweep pass ran"
+        first = passes[0]
+        assert first.created_by is not None and first.created_by.display_value == PULSE_TRIGGER
+        assert first.parameters["because"].startswith("no pulse from run "), first.parameters
+        assert first.parameters["silent_flow_run"] == f"prefect.flow-run.{run.id}"
+        dead = await client.read_flow_run_states(run.id)
+        crashed = [s for s in dead if s.type == StateType.CRASHED]
+        assert crashed and "went silent (no pulse from run" in (crashed[0].message or "")
+
+        tag = f"prefect-coder:relaunch:{workflow_id}"
+        [relaunch] = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag]))
+        )
+        done = await wait_ended(client, relaunch.id, TIMEOUT)
+        assert done.state is not None and done.state.type == StateType.COMPLETED, done.state
+        finished = await stack.workflow(workflow_id)
+        assert finished is not None and finished.state == WorkflowState.FINISHED
+
+        # The relaunch pulsed while it held the workflow and said so when it stopped: its
+        # end is not taken for a death.
+        before = {p.id for p in await sweep_runs(client)}
+        await asyncio.sleep(QUIET_WATCH)
+        later = [p for p in await sweep_runs(client) if p.id not in before]
+        assert not [p for p in later if p.parameters.get("silent_flow_run")], later
