@@ -105,6 +105,21 @@ async def rename(
             await client.update_flow_run(UUID(this_run), name=name, tags=tags)
     except Exception as exc:  # noqa: BLE001 - names are for people; the epoch already fences
         log.warning(f"Could not name this run {name!r} ({exc}).")
+        return
+    _renamed_here(this_run, name, tags)
+
+
+def _renamed_here(this_run: str, name: str, tags: list[str] | None) -> None:
+    """This process's own record of its run, renamed too (as Prefect does when it names a
+    run itself): the loggers made from now on, task runs' included, say the new name on
+    the console, not the one Prefect made up."""
+    context = FlowRunContext.get()
+    run = context.flow_run if context is not None else None
+    if run is None or str(run.id) != this_run:
+        return
+    run.name = name
+    if tags is not None:
+        run.tags = tags
 
 
 async def supersede(

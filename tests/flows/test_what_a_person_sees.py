@@ -281,3 +281,37 @@ async def test_a_turns_story_can_be_turned_off_for_fleets(sim: Simulator, coder_
     assert not any(g.name == STORY for g in logs)
     said = verdict_line("Step 1 of 1: ran (sent once and answered).")
     assert said in [g.message for g in logs]  # the verdict alone, no reply
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+async def test_the_console_names_the_run_as_the_ui_does(sim: Simulator, coder_env: Path) -> None:
+    """Once a run is named after its workflow, what it writes to the console (its task
+    runs' lines included) says that name, not the one Prefect made up at its start."""
+    handler = _Records()
+    loggers = [logging.getLogger("prefect.task_runs"), logging.getLogger("prefect.flow_runs")]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        state = await durable_chat(
+            workflow_id="wf-console", prompts=["say hello", "say goodbye"], return_state=True
+        )
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
+    assert state.is_completed()
+    named = run_name("wf-console", 1)
+    tasks = [r for r in handler.records if r.name.startswith("prefect.task_runs")]
+    assert tasks and {getattr(r, "flow_run_name", None) for r in tasks} == {named}, {
+        getattr(r, "flow_run_name", None) for r in tasks
+    }
+    ours = [r for r in handler.records if r.name == "prefect.flow_runs.coder"]
+    last = ours[-1]
+    assert getattr(last, "flow_run_name", None) == named, last.getMessage()
