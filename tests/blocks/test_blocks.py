@@ -15,6 +15,7 @@ from subprocess import PIPE, STDOUT
 from typing import Any, TypeVar
 
 import pytest
+from PIL import Image
 from prefect import flow
 from prefect.blocks.core import Block
 from prefect.client.orchestration import get_client
@@ -30,6 +31,8 @@ from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from prefect_coder.tasks._runtime import checked_blocks
 
 ALL_BLOCKS: list[type[Block]] = [CoderCredentials, SqliteLedger, PostgresLedger]
+ROOT = Path(__file__).resolve().parents[2]
+LOGO = ROOT / "blocks" / "logo.png"
 B = TypeVar("B", bound=Block)
 
 
@@ -45,6 +48,16 @@ class TestBlockStandards(BlockStandardTestSuite):
     @pytest.fixture
     def block(self, block: type[Block]) -> type[Block]:
         return block
+
+    def test_has_a_valid_image(self, block: type[Block]) -> None:
+        """Prefect's check, on the committed file the logo's address serves (this machine
+        reaches no such address): a square PNG of 46 to 999 pixels."""
+        logo_url = str(block._logo_url)
+        assert logo_url.endswith(f"/raw/main/{LOGO.relative_to(ROOT)}"), logo_url
+        with Image.open(LOGO) as image:
+            assert image.format == "PNG"
+            assert image.width == image.height, image.size
+            assert 1000 > image.width > 45, image.size
 
 
 def test_slugs_are_prefixed_and_stable() -> None:
