@@ -44,3 +44,31 @@ def test_the_guides_deployments_of_ours_import_and_take_their_parameters() -> No
     sweep = deployments["code-review-sweep"]["parameters"]
     prune = deployments["code-review-prune"]["parameters"]
     assert sweep["target_deployment"] == prune["deployment"] == theirs
+
+
+def test_the_guides_sweep_triggers_are_the_shipped_ones_aimed_at_the_teams_flow() -> None:
+    """The guide's triggers are the shipped YAML's, but for the team's flow and deployment:
+    a change to one that is not made to the other fails here."""
+    ours = {d["name"]: d for d in own_project()["deployments"]}["code-review-sweep"]["triggers"]
+    shipped_file = README.parent / "deployments" / "prefect.yaml"
+    shipped = {
+        t["name"]: t
+        for d in yaml.safe_load(shipped_file.read_text())["deployments"]
+        for t in d.get("triggers", [])
+    }
+    assert {t["name"] for t in ours} == {
+        "orphan-sweep on a crash or a cancel",
+        "orphan-sweep on a run whose pulse stopped",
+    }
+    for trigger in ours:
+        assert trigger["match_related"]["prefect.resource.name"] == "code-review"
+        assert trigger["parameters"]["target_deployment"] == "code-review"
+        aimed = {
+            **shipped[trigger["name"]],
+            "match_related": trigger["match_related"],
+            "parameters": {
+                **shipped[trigger["name"]]["parameters"],
+                "target_deployment": "code-review",
+            },
+        }
+        assert trigger == aimed, trigger["name"]
