@@ -15,10 +15,14 @@ long turn still pulses.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import threading
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from uuid import UUID
 
+from prefect.client.orchestration import PrefectClient
 from prefect.context import FlowRunContext
 from prefect.events import emit_event
 
@@ -26,6 +30,12 @@ from prefect.events import emit_event
 PULSE = "prefect-coder.flow-run.pulse"
 #: The event a run sends when it stops pulsing while it goes on.
 QUIET = "prefect-coder.flow-run.quiet"
+#: Prefect's own flow-run heartbeat.
+HEARTBEAT = "prefect.flow-run.heartbeat"
+#: A run heard from this recently is alive: the shipped triggers' windows, for a run that
+#: pulses and for one that does not (Prefect's heartbeat alone).
+PULSE_WINDOW = 15.0
+HEARTBEAT_WINDOW = 40.0
 
 
 class Pulse:
@@ -77,10 +87,9 @@ class Pulse:
         if self._about is None:
             return
         resource, related = self._about
-        try:
+        # A pulse missed is one of several: the next one goes.
+        with contextlib.suppress(Exception):
             emit_event(event=event, resource=resource, related=related)
-        except Exception:  # noqa: BLE001 - a pulse missed is one of several; the next goes
-            pass
 
 
 def _about_this_run(name: str) -> tuple[dict[str, str], list[dict[str, str]]] | None:
@@ -109,3 +118,37 @@ def _about_this_run(name: str) -> tuple[dict[str, str], list[dict[str, str]]] | 
             }
         )
     return resource, related
+
+
+async def heard_lately(client: PrefectClient, run_id: UUID) -> str | None:
+    """What Prefect heard from a run lately, if anything: a run whose trigger fired for its
+    silence may have spoken since (its events sent late, after Prefect's server was
+    restarted or out of reach). A run that pulses is judged by its pulse (its heartbeat
+    comes every 30 s anyway); one that never did, or said it stopped, by its heartbeat."""
+    now = datetime.now(UTC)
+    last = await _last(client, run_id, [PULSE, QUIET], since=None)
+    if last is not None and last[0] == PULSE:
+        age = (now - last[1]).total_seconds()
+        return f"a pulse {max(age, 0):.0f} s ago" if age < PULSE_WINDOW else None
+    beat = await _last(client, run_id, [HEARTBEAT], since=now - timedelta(seconds=HEARTBEAT_WINDOW))
+    if beat is None:
+        return None
+    return f"a heartbeat {max((now - beat[1]).total_seconds(), 0):.0f} s ago"
+
+
+async def _last(
+    client: PrefectClient, run_id: UUID, names: list[str], since: datetime | None
+) -> tuple[str, datetime] | None:
+    """The latest of a run's events named ``names`` (since ``since``): its name and when."""
+    wanted: dict[str, Any] = {
+        "event": {"name": names},
+        "resource": {"id": [f"prefect.flow-run.{run_id}"]},
+    }
+    if since is not None:
+        wanted["occurred"] = {"since": since.isoformat()}
+    response = await client.request("POST", "/events/filter", json={"filter": wanted, "limit": 1})
+    response.raise_for_status()
+    events = response.json()["events"]
+    if not events:
+        return None
+    return events[0]["event"], datetime.fromisoformat(events[0]["occurred"])

@@ -13,7 +13,7 @@ from typing import Any
 from prefect import task
 from prefect.artifacts import acreate_table_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect.client.orchestration import get_client
+from prefect.client.orchestration import PrefectClient, get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.client.schemas.responses import OrchestrationResult, SetStateStatus
@@ -49,6 +49,7 @@ from prefect_coder.tasks._runtime import (
     with_retries,
 )
 from prefect_coder.tasks.lost_runs import replaces_tag
+from prefect_coder.tasks.pulse import heard_lately
 from prefect_coder.tasks.runs import SUPERSEDED, note_on_run, run_name, slug
 
 #: A run that ended like this left its workflow unfinished: relaunch it.
@@ -451,6 +452,14 @@ async def hold_the_sweep(
 _LEASE_POLL_SECONDS = 1.0
 
 
+async def _heard_lately(client: PrefectClient, run_id: uuid.UUID) -> str | None:
+    try:
+        return await heard_lately(client, run_id)
+    except Exception as exc:  # noqa: BLE001 - unknown: the trigger's word stands
+        run_log().info(f"Could not read what Prefect heard from run {run_id} ({exc}).")
+        return None
+
+
 async def take_silent_run_for_dead(flow_run: str, deployment: str, because: str) -> bool:
     """Mark Crashed a run of ``deployment`` that Prefect heard no heartbeat from (the
     deployment's silent trigger names it, ``prefect.flow-run.<id>`` or its id), so that the
@@ -476,6 +485,9 @@ async def take_silent_run_for_dead(flow_run: str, deployment: str, because: str)
         if run.state is None or run.state.type != StateType.RUNNING:
             state = run.state.name if run.state else "no state"
             log.info(f"Run {run.name!r} went silent but is {state} now; nothing to take for dead.")
+            return False
+        if (heard := await _heard_lately(client, run_id)) is not None:
+            log.info(f"Run {run.name!r} went silent but spoke since ({heard}): it is alive.")
             return False
         message = (
             f"Its process went silent ({because}): its host or its worker is gone. Marked "

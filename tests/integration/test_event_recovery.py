@@ -109,14 +109,33 @@ async def test_a_dead_host_is_known_by_its_stopped_pulse(tmp_path: Path) -> None
         client = stack.client
         worker = await stack.start_worker()
         workflow_id = new_workflow_id("it-pulse")
-        run = await stack.launch(workflow_id, ["/sleep 20 take your time", "say goodbye"])
+        run = await stack.launch(workflow_id, ["/sleep 40 take your time", "say goodbye"])
         await stack.began(workflow_id, 1, TIMEOUT)
         await stack.pulsing(run.id, TIMEOUT)
+
+        # A pass told the run is silent (a trigger that fired while Prefect's server was
+        # away, say) finds it pulsing and leaves it be.
+        sweep = await client.read_deployment_by_name("orphan-sweep/orphan-sweep")
+        told = await client.create_flow_run_from_deployment(
+            sweep.id, parameters={"silent_flow_run": f"prefect.flow-run.{run.id}"}
+        )
+        await wait_ended(client, told.id, TIMEOUT)
+        said = [
+            log.message
+            for log in await client.read_logs(
+                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[told.id]))
+            )
+        ]
+        assert any("went silent but spoke since (a pulse" in line for line in said), said
+        alive = await client.read_flow_run(run.id)
+        assert alive.state is not None and alive.state.type == StateType.RUNNING, alive.state
+        assert (await stack.workflow(workflow_id)).epoch == 1  # type: ignore[union-attr]
+
         await stack.kill_worker(worker)
         await stack.start_worker()
 
         await stack.began(workflow_id, 2, TIMEOUT)
-        passes = await sweep_runs(client)
+        passes = [p for p in await sweep_runs(client) if p.id != told.id]
         assert passes, "no sweep pass ran"
         first = passes[0]
         assert first.created_by is not None and first.created_by.display_value == PULSE_TRIGGER
