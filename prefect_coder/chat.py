@@ -78,6 +78,7 @@ from prefect_coder.tasks.runs import (
     run_name,
     slug,
     supersede,
+    tag_refused,
     workflow_tag,
 )
 from prefect_coder.tasks.settings import WorkflowSettings
@@ -512,6 +513,8 @@ class DurableChat:
             return
         if isinstance(exc, PromptChanged | WorkflowFinished):
             log.error(f"{_capitalised(str(exc))} {self._left_as_it_was(began)}")
+            if isinstance(exc, PromptChanged) and current_flow_run.id:
+                await tag_refused(current_flow_run.id, log)
             return
         if began.replay:
             if began.finished_before or not _ends_workflow(exc):

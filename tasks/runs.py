@@ -36,6 +36,10 @@ _DEPLOYMENT_NAMES: dict[UUID, str] = {}
 #: The name of the state a replaced run ends in (a kind of Cancelled).
 SUPERSEDED = "Superseded"
 
+#: The tag of a run refused because its code asks a step another prompt than it ran
+#: (``PromptChanged``): the sweep does not relaunch a workflow again on the same code.
+REFUSED = "prefect-coder:refused"
+
 #: States of a replaced run worth correcting: it never finished, so it looks alive or crashed.
 _UNFINISHED = {
     StateType.SCHEDULED,
@@ -107,6 +111,18 @@ async def rename(
         log.warning(f"Could not name this run {name!r} ({exc}).")
         return
     _renamed_here(this_run, name, tags)
+
+
+async def tag_refused(this_run: str, log: LoggingAdapter) -> None:
+    """Tag this run :data:`REFUSED` (a word for the sweep; nothing durable hangs on it)."""
+    tags = _current_tags()
+    if REFUSED in tags:
+        return
+    try:
+        async with get_client() as client:
+            await client.update_flow_run(UUID(this_run), tags=[*tags, REFUSED])
+    except Exception as exc:  # noqa: BLE001 - the sweep then relaunches it, and it is refused again
+        log.warning(f"Could not tag this run refused ({exc}).")
 
 
 def _renamed_here(this_run: str, name: str, tags: list[str] | None) -> None:

@@ -50,7 +50,7 @@ from prefect_coder.tasks._runtime import (
 )
 from prefect_coder.tasks.lost_runs import replaces_tag
 from prefect_coder.tasks.pulse import heard_lately
-from prefect_coder.tasks.runs import SUPERSEDED, note_on_run, run_name, slug
+from prefect_coder.tasks.runs import REFUSED, SUPERSEDED, note_on_run, run_name, slug
 
 #: A run that ended like this left its workflow unfinished: relaunch it.
 ENDED_BADLY = frozenset({"crashed", "superseded", "gone"})
@@ -334,6 +334,13 @@ async def relaunch_workflow(
                 "way; not relaunched again."
             )
             return None
+        refused = [r for r in earlier if REFUSED in r.tags and replaces_tag(last.id) in r.tags]
+        if refused and not await _deployed_since(client, last.deployment_id, refused):
+            log.warning(_refused_line(workflow.workflow_id, refused))
+            return None
+        # A relaunch refused for its code is no sign of a workflow that cannot run: only
+        # the others count towards the limit.
+        earlier = [r for r in earlier if REFUSED not in r.tags]
         if len(earlier) >= max_relaunches:
             log.warning(
                 f"workflow {workflow.workflow_id} was relaunched {len(earlier)} times already; giving up"
@@ -353,6 +360,27 @@ async def relaunch_workflow(
         f"({flow_run_url(new.id)}); it takes over from run {last.name!r}."
     )
     return str(new.id)
+
+
+async def _deployed_since(
+    client: PrefectClient, deployment_id: uuid.UUID, refused: list[FlowRun]
+) -> bool:
+    """Whether the deployment was deployed again after its last refused relaunch was made
+    (new code, maybe with the change behind ``chat.patched``): then it is worth another."""
+    deployment = await client.read_deployment(deployment_id)
+    made = max(r.created or datetime.now(UTC) for r in refused)
+    return deployment.updated is not None and deployment.updated > made
+
+
+def _refused_line(workflow_id: str, refused: list[FlowRun]) -> str:
+    latest = max(refused, key=lambda r: r.created or datetime.now(UTC))
+    return (
+        f"Workflow {workflow_id}: its relaunch {latest.name!r} was refused, its code asking a "
+        "finished step another prompt (PromptChanged). It is left as it was, and not "
+        "relaunched on this code again: deploy the change behind chat.patched(...), or the "
+        "code it ran, and the next pass relaunches it; or run "
+        f"`prefect-coder workflows resume {workflow_id}`."
+    )
 
 
 def _age(run: FlowRun) -> float:
