@@ -131,22 +131,18 @@ def line(label: str, values: list[float]) -> str:
     )
 
 
-async def main(tries: int) -> None:
-    with tempfile.TemporaryDirectory(prefix="bench-host-recovery-") as tmp:
-        Path(tmp).chmod(0o755)  # the private PostgreSQL servers run as "postgres" below it
-        async with open_fleet(Path(tmp) / "fleet", 3, shipped(), say=lambda _: None) as fleet:
-            store = PostgresStore(fleet.store_dsn, schema=LEDGER_SCHEMA)
-            try:
-                results = []
-                for n in range(tries):
-                    host = fleet.worker_hosts[n % len(fleet.worker_hosts)].name
-                    created, epoch = await one_try(fleet, store, host)
-                    results.append((created, epoch))
-                    print(
-                        f"try {n + 1} ({host}): relaunch made {created:5.1f} s, epoch {epoch:5.1f} s"
-                    )
-            finally:
-                await store.close()
+async def main(tries: int, tmp: Path) -> None:
+    results: list[tuple[float, float]] = []
+    async with open_fleet(tmp / "fleet", 3, shipped(), say=lambda _: None) as fleet:
+        store = PostgresStore(fleet.store_dsn, schema=LEDGER_SCHEMA)
+        try:
+            for n in range(tries):
+                host = fleet.worker_hosts[n % len(fleet.worker_hosts)].name
+                created, epoch = await one_try(fleet, store, host)
+                results.append((created, epoch))
+                print(f"try {n + 1} ({host}): relaunch made {created:5.1f} s, epoch {epoch:5.1f} s")
+        finally:
+            await store.close()
     print()
     print(f"A worker host killed whole, fleet lab, shipped settings ({load()})")
     print(line("kill -> relaunch run created", [c for c, _ in results]))
@@ -156,4 +152,6 @@ async def main(tries: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tries", type=int, default=10)
-    asyncio.run(main(parser.parse_args().tries))
+    with tempfile.TemporaryDirectory(prefix="bench-host-recovery-") as folder:
+        Path(folder).chmod(0o755)  # the private PostgreSQL servers run as "postgres" below it
+        asyncio.run(main(parser.parse_args().tries, Path(folder)))
