@@ -9,7 +9,8 @@ brace, so JSON containing spaces, quotes and nested objects is fine.
 ``/tool NAME {json-args}``               call the client (dynamic) tool NAME
 ``/server-tool NAME {json-args}``        call a server-side tool; its effect is recorded
 ``/deltas N``                            stream the reply in N deltas
-``/sleep SECONDS``                       wait before answering (the run stays running)
+``/sleep SECONDS``                       wait before answering (the run stays running);
+                                         after a ``/server-tool``, once the tools ran
 ``/fail retryable|fatal``                end the turn in ``error``
 ``/json {json}``                         answer by calling ``structured_output``
 =======================================  =================================================
@@ -53,6 +54,10 @@ class Script:
     server_tools: list[ToolCall] = field(default_factory=list)
     deltas: int | None = None
     sleep: float = 0.0
+    #: Seconds of ``/sleep`` written after a ``/server-tool``: waited once the server-side
+    #: tools ran, as an agent thinks over what its tools found (a long turn whose tool
+    #: calls are seen while it goes on).
+    sleep_after_tools: float = 0.0
     fail: Literal["retryable", "fatal"] | None = None
     structured: Any = None
     has_structured: bool = False
@@ -111,7 +116,10 @@ def _apply(text: str, start: int, script: Script) -> int:
         script.deltas = int(count)
     elif name == "sleep":
         seconds, pos = _token(text, pos, _NUMBER, "/sleep needs a number of seconds")
-        script.sleep += float(seconds)
+        if script.server_tools:
+            script.sleep_after_tools += float(seconds)
+        else:
+            script.sleep += float(seconds)
     else:
         mode, pos = _token(text, pos, _WORD, "/fail needs retryable or fatal")
         if mode not in {"retryable", "fatal"}:

@@ -60,6 +60,8 @@ async def _turn(engine: Engine, run: Run) -> None:
     for call in script.server_tools:
         await _server_tool(engine, run, call)
         ran_server.append(call)
+    if script.sleep_after_tools:
+        await _pause(run, script.sleep_after_tools)
     outcomes: list[ToolOutcome] = []
     if script.client_tools:
         outcomes += await _client_tools(engine, run, script.client_tools)

@@ -47,3 +47,16 @@ async def test_a_script_with_a_count_is_used_up(sim: Simulator) -> None:
         async with wire.stream(second["id"]) as reader:
             await reader.until_status("waiting")
     assert sim.engine.scripts == []
+
+
+async def test_a_sleep_after_a_server_tool_waits_once_the_tool_ran(sim: Simulator) -> None:
+    """A long turn whose tool calls are seen while it goes on: the call and its result are
+    in the chat while the run still thinks; a sleep before the tool waits before it."""
+    async with Wire(sim) as wire:
+        after = await wire.create('Look it up /server-tool lookup {"q": "a"} /sleep 30')
+        before = await wire.create('Look it up /sleep 30 /server-tool lookup {"q": "a"}')
+        async with wire.stream(after["id"]) as reader:
+            await reader.until(lambda e: e["type"] == "message" and e["message"]["role"] == "tool")
+        assert sim.chat(after["id"]).status == "running"
+        assert [m.role for m in sim.messages(before["id"])] == ["user"]
+        assert sim.chat(before["id"]).status == "running"
