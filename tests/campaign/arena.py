@@ -53,6 +53,8 @@ class Arena:
     approvers: dict[str, Approver] = field(default_factory=dict)
     #: The chats that were archived when the workflows had ended, before the sweep.
     archived_before_sweep: set[str] = field(default_factory=set)
+    #: Postgres restarts done so far (a person waits for those due before acting).
+    restarts_done: int = 0
 
     def __post_init__(self) -> None:
         # Prefect creates its home folder, but not the folders above it.

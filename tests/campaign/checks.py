@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from coder_chat.durable.markers import LABEL_WORKFLOW
+from coder_chat.durable.records import WorkflowState
 from coder_chat.simulator import Simulator
 
 from .arena import Arena
@@ -27,8 +28,29 @@ async def check_schedule(arena: Arena, outcomes: list[WorkflowOutcome]) -> Findi
         findings.merge(check_results(sim, payments, outcome, arena.statuses))
         findings.merge(check_resends(sim, outcome, arena.statuses))
         findings.merge(check_archived_at_end(outcome, arena.archived_before_sweep))
+        findings.merge(await check_person(arena, outcome))
     findings.merge(check_orphans(arena.sim, [o.plan.workflow_id for o in outcomes]))
     findings.merge(check_leaks(await schedule_places(arena), arena.sim.token))
+    return findings
+
+
+async def check_person(arena: Arena, outcome: WorkflowOutcome) -> Findings:
+    """What the person's action found when it was taken; and a cancelled workflow that a
+    resume completed is stored finished, not left cancelled."""
+    record = outcome.person
+    if record is None:
+        return Findings()
+    findings = Findings()
+    findings.merge(record.findings)
+    if record.person.kind == "cancel-resume" and record.done and outcome.results is not None:
+        wf = outcome.plan.workflow_id
+        stored = await arena.store.get_workflow(arena.tenant, wf)
+        if stored is None or stored.state != WorkflowState.FINISHED:
+            state = stored.state if stored else "nothing"
+            findings.add(
+                "people's actions",
+                f"{wf} {record.person.describe()}: resumed to its end, the store says {state}",
+            )
     return findings
 
 

@@ -6,11 +6,16 @@ everything else is drawn for every variant alike (a second workflow, Postgres
 restart times) and kept only where the variant uses it: a schedule replayed with
 ``--variant V`` is the same schedule whatever other variants the first campaign
 allowed. A refund schedule draws from a stream of its own.
+
+A person's action (a changed prompt, a cancel then a resume) is drawn for each
+``durable_chat`` workflow from a stream of its own too, so adding it left every other
+draw of a seed as it was.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from random import Random
 from typing import Any
 
@@ -18,6 +23,7 @@ from .plan import (
     VARIANTS,
     Kill,
     Knob,
+    Person,
     PgRestart,
     RefundCase,
     Schedule,
@@ -70,6 +76,10 @@ REFUND_SHARE = 0.2
 #: no settings): its relaunch would wait five minutes. Its knobs leave sends alone.
 REFUND_FAIL_ROUTES = tuple(r for r in FAIL_ROUTES if r != "send_message")
 REFUND_CUT_ROUTES = tuple(r for r in CUT_ROUTES if r != "send_message")
+#: The shares of ``durable_chat`` workflows where a person, after a kill, runs the workflow
+#: again with a changed prompt, or cancels it (the next planned run resumes it).
+CHANGED_PROMPT_SHARE = 0.15
+CANCEL_SHARE = 0.15
 #: Requests the knobs of one schedule may fail in all: a task makes 3 attempts (2 retries),
 #: and more failures than that in a row exhaust them by design, not by a bug.
 FAILURE_BUDGET = 2
@@ -84,6 +94,7 @@ def derive(seed: int, index: int, variants: Sequence[Variant] = VARIANTS) -> Sch
     second = draw_workflow(rng, f"wf-{seed}-{index}-b")
     knobs = draw_knobs(rng, len(first.steps))
     restarts = tuple(sorted(draw_restart(rng, first) for _ in range(rng.randint(1, 2))))
+    first, second = (with_person(seed, index, plan) for plan in (first, second))
     return Schedule(
         seed,
         index,
@@ -176,6 +187,24 @@ def draw_kill(rng: Random, steps: Sequence[Step], run: int) -> Kill:
         return Kill("held-send", nth=nth)
     top = len(steps) if run == 1 else 2
     return Kill("after-prompt", nth=rng.randint(1, top), delay=round(rng.uniform(0.0, 1.5), 2))
+
+
+def with_person(seed: int, index: int, plan: WorkflowPlan) -> WorkflowPlan:
+    """The plan with what a person does to it, if anything (its own random stream)."""
+    person = draw_person(Random(f"{seed}:{index}:{plan.workflow_id}:person"), plan.kills)
+    return replace(plan, person=person) if person is not None else plan
+
+
+def draw_person(rng: Random, kills: Sequence[Kill]) -> Person | None:
+    """A changed prompt after the last kill (most steps are finished by then), or a cancel
+    after any; never after a held send, which lands late, while the person acts."""
+    share = rng.random()
+    after = [number for number, kill in enumerate(kills, start=1) if kill.kind != "held-send"]
+    if not after or share >= CHANGED_PROMPT_SHARE + CANCEL_SHARE:
+        return None
+    if share < CHANGED_PROMPT_SHARE:
+        return Person("changed-prompt", after[-1])
+    return Person("cancel-resume", rng.choice(after))
 
 
 def draw_restart(rng: Random, plan: WorkflowPlan) -> PgRestart:

@@ -17,6 +17,7 @@ from tests.crash.lab import Child, Returned
 
 from .arena import Arena
 from .kills import InFlight, Trigger, in_flight
+from .people import PersonRecord, act, spawn_changed
 from .plan import Kill, WorkflowPlan
 from .truth import prompts
 
@@ -63,13 +64,18 @@ class WorkflowOutcome:
     results: list[dict[str, Any]] | None = None
     #: What the completing run's flow returned.
     returned: Returned | None = None
+    #: What a person did between two runs, and what the checks of it found.
+    person: PersonRecord | None = None
 
     @property
     def in_flight(self) -> list[InFlight]:
         return [r.in_flight for r in self.runs if r.in_flight is not None]
 
     def describe(self) -> str:
-        return f"{self.plan.workflow_id}: " + ", ".join(r.describe() for r in self.runs)
+        runs = [r.describe() for r in self.runs]
+        if self.person is not None:
+            runs.insert(self.person.person.after_run, self.person.describe())
+        return f"{self.plan.workflow_id}: " + ", ".join(runs)
 
 
 @dataclass
@@ -79,10 +85,13 @@ class Children:
     arena: Arena
     plan: WorkflowPlan
     spares: dict[int, Child] = field(default_factory=dict)
+    #: The child of a person's changed-prompt run, when the plan has one.
+    changed: Child | None = None
 
     async def prepare(self) -> None:
         for run in range(1, len(self.plan.kills) + 2):
             self.spares[run] = await self._spawn(run)
+        self.changed = await spawn_changed(self.arena, self.plan)
 
     async def take(self, run: int) -> Child:
         spare = self.spares.pop(run, None)
@@ -106,6 +115,9 @@ async def drive(arena: Arena, children: Children) -> WorkflowOutcome:
         outcome.returned = record.returned
         if record.returned is not None and plan.refund is None:
             outcome.results = record.returned.value
+        person = plan.person
+        if record.killed and person is not None and person.after_run == number:
+            outcome.person = await act(arena, plan, children.changed, number)
         if record.killed or unstarted(record, outcome):
             continue
         return outcome

@@ -17,6 +17,8 @@ Variant = Literal["sqlite", "postgres", "second-machine", "concurrent", "refund"
 VARIANTS: tuple[Variant, ...] = ("sqlite", "postgres", "second-machine", "concurrent", "refund")
 KillKind = Literal["moment", "after-prompt", "in-tool", "held-send", "paused"]
 Phase = Literal["before", "after"]
+PersonKind = Literal["changed-prompt", "cancel-resume"]
+PERSON_KINDS: tuple[PersonKind, ...] = ("changed-prompt", "cancel-resume")
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,31 @@ class Kill:
         return f"held-send#{self.nth}"
 
 
+@dataclass(frozen=True)
+class Person:
+    """What a person does to a workflow once its ``after_run``-th run was killed, before
+    the next planned run (they are inputs, not faults: DESIGN.md points 11 and 14):
+
+    - ``changed-prompt``: runs the workflow again with its first step's prompt changed
+      (:data:`CHANGED`), which must be refused (``PromptChanged``), leaving the store's rows
+      as they were and sending Coder nothing; the planned runs then go on;
+    - ``cancel-resume``: cancels the workflow (``prefect_coder.operations.cancel_workflow``),
+      which must store it cancelled with its chats archived and quiet; the next planned
+      run, the same workflow id and prompts, is the resume that carries it on.
+    """
+
+    kind: PersonKind
+    after_run: int
+
+    def describe(self) -> str:
+        what = "changed prompt" if self.kind == "changed-prompt" else "cancel+resume"
+        return f"{what} after run {self.after_run}"
+
+
+#: How a person rewords the first step's prompt for a ``changed-prompt`` run.
+CHANGED = "(reworded by a person) "
+
+
 @dataclass(frozen=True, order=True)
 class PgRestart:
     """Restart the Postgres server ``delay`` seconds after the first workflow's ``run``-th
@@ -152,6 +179,8 @@ class WorkflowPlan:
     kills: tuple[Kill, ...]
     #: Set when the workflow is the README's ``refund_order`` flow, not ``durable_chat``.
     refund: RefundCase | None = None
+    #: What a person does between two of its runs, if anything.
+    person: Person | None = None
 
     @property
     def prompts(self) -> list[str]:
@@ -164,6 +193,12 @@ class WorkflowPlan:
         return schemas if any(schemas) else None
 
     @property
+    def changed_prompts(self) -> list[str]:
+        """The prompts of a person's ``changed-prompt`` run: the first one reworded."""
+        first, *rest = self.prompts
+        return [CHANGED + first, *rest]
+
+    @property
     def charges(self) -> int:
         return sum(len(s.amounts) for s in self.steps)
 
@@ -171,7 +206,8 @@ class WorkflowPlan:
         steps = ", ".join(s.describe() for s in self.steps)
         kills = "; ".join(k.describe() for k in self.kills)
         flow = f" {self.refund.describe()}" if self.refund else ""
-        return f"{self.workflow_id}:{flow} steps [{steps}] kills [{kills}]"
+        person = f" person [{self.person.describe()}]" if self.person else ""
+        return f"{self.workflow_id}:{flow} steps [{steps}] kills [{kills}]{person}"
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,31 @@ def summary_line(results: Sequence[ScheduleResult]) -> str:
     counts = {c: sum(r.findings.count(c) for r in results) for c in CATEGORIES}
     late = sum(r.findings.late for r in results)
     cut = sum(r.findings.cut_short for r in results)
+    people = counts["people's actions"]
     return (
         f"campaign: {len(results)} schedules, {sum(counts.values())} violations "
         f"(double charges {counts['double charges']}, "
         f"unwanted effects {counts['unwanted effects']}, lost results {counts['lost results']}, "
         f"resent finished steps {counts['resent finished steps']}, "
-        f"live orphans {counts['live orphans']}, token leaks {counts['token leaks']}); "
-        f"late duplicates {late}, cut-short resubmissions {cut}"
+        f"live orphans {counts['live orphans']}, token leaks {counts['token leaks']}, "
+        f"people's actions {people}); "
+        f"late duplicates {late}, cut-short resubmissions {cut}; {people_line(results)}"
+    )
+
+
+def people_line(results: Sequence[ScheduleResult]) -> str:
+    """How many workflows drew each person's action, and how many took it (a changed
+    prompt needs its first step finished by the kill; a cancel, a running workflow)."""
+    records = [o.person for r in results for o in r.outcomes if o.person is not None]
+    drawn = [o.plan.person for r in results for o in r.outcomes if o.plan.person is not None]
+
+    def count(kind: str) -> str:
+        done = sum(1 for p in records if p.person.kind == kind and p.done)
+        return f"{done} of {sum(1 for p in drawn if p.kind == kind)}"
+
+    return (
+        f"people: changed prompts tried {count('changed-prompt')} drawn, "
+        f"cancels then resumes {count('cancel-resume')} drawn"
     )
 
 
@@ -69,9 +87,15 @@ def progress_line(done: int, total: int, result: ScheduleResult) -> str:
             ", ".join(f"{c} {findings.count(c)}" for c in CATEGORIES if findings.count(c)) or "ok"
         )
     )
+    people = "".join(
+        f" | {o.plan.workflow_id} {o.person.describe()}"
+        for o in result.outcomes
+        if o.person is not None
+    )
     return (
         f"[{done}/{total}] {result.schedule.name} {result.schedule.variant} "
         f"{result.seconds:.1f}s: {state} (late {findings.late}, cut short {findings.cut_short})"
+        f"{people}"
     )
 
 

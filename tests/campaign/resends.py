@@ -6,7 +6,8 @@ For each step, consecutive attempts (earlier, later) are classified from ground 
   chat between the two, or that chat was seen in ``error``, or the earlier attempt
   had no committed answer when the later one landed, or the server's tool deadline
   answered one of its calls and no later answer of that tool reached the model (it
-  finished without seeing what its tool did);
+  finished without seeing what its tool did), or one of its calls was answered "not
+  run" when its chat was retired (a person's cancel: its tool never ran);
 - **late** duplicate (counted): the journal, read when a run was killed, showed this
   step's send in flight on that chat, and both attempts landed past its horizon (one
   of them is that send, landing late: the window the contract leaves open);
@@ -19,6 +20,7 @@ import itertools
 from datetime import datetime
 
 from coder_chat.durable.markers import step_marker
+from coder_chat.durable.reconcile import NO_RESULT, NOT_RUN
 from coder_chat.simulator import Simulator
 from coder_chat.simulator.engine import TIMED_OUT
 from coder_chat.simulator.state import Message
@@ -79,6 +81,19 @@ def cut_short(sim: Simulator, statuses: StatusLog, earlier: Message, later: Mess
         or unanswered
         or statuses.errored_between(chat, start, end)
         or timed_out_unseen(sim, chat, start, end)
+        or answered_not_run(sim, chat, start, end)
+    )
+
+
+def answered_not_run(sim: Simulator, chat: str, start: datetime, end: datetime) -> bool:
+    """A call answered "not run" as its chat was retired (by a cancel): the model went on
+    without its tool, so what it said after is no finished step's answer."""
+    return any(
+        str(r.chat_id) == chat
+        and start <= r.at <= end
+        and r.is_error
+        and any(text in str(r.output) for text in (NOT_RUN, NO_RESULT))
+        for r in sim.records.tool_results
     )
 
 

@@ -182,6 +182,7 @@ async def restart_postgres(arena: Arena) -> None:
         if arena.finished.is_set():
             return
         await arena.site.restart()
+        arena.restarts_done += 1
         arena.notes.append(f"postgres restarted ({restart.describe()})")
 
 

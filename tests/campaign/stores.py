@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,17 @@ from prefect_coder.blocks import PostgresLedger
 from tests.pgcluster import PgCluster, PgClusterUnavailable, _bindir
 
 POSTGRES_BLOCK_SLUG = "prefect-coder-postgres-ledger"
+#: A workflow's rows, table by table ($1: tenant, $2: workflow id; {chats}: the chats table).
+_WORKFLOW_ROWS = (
+    ("workflows", "tenant = $1 AND workflow_id = $2"),
+    ("steps", "tenant = $1 AND workflow_id = $2"),
+    ("chats", "tenant = $1 AND workflow_id = $2"),
+    (
+        "ledger",
+        "tenant = $1 AND chat_id IN (SELECT chat_id FROM {chats} WHERE tenant = $1 "
+        "AND workflow_id = $2)",
+    ),
+)
 
 
 def postgres_unusable() -> str | None:
@@ -117,6 +129,39 @@ class StoreSite:
             return dump
         finally:
             await conn.close()
+
+    async def workflow_rows(self, tenant: str, workflow_id: str) -> dict[str, list[str]]:
+        """The workflow's rows exactly as stored (its workflow, steps, chats and their ledger
+        entries), by table, read raw: what a refused run must leave byte for byte."""
+        if self.cluster is None:
+            return await asyncio.to_thread(self._sqlite_rows, tenant, workflow_id)
+        conn = await asyncpg.connect(self.cluster.dsn)
+        try:
+            rows: dict[str, list[str]] = {}
+            for table, where in _WORKFLOW_ROWS:
+                name = f'"{self.schema}"."{table}"'
+                where = where.replace("{chats}", f'"{self.schema}".chats')
+                found = await conn.fetch(
+                    f"SELECT t::text AS row FROM {name} t WHERE {where} ORDER BY t::text",
+                    tenant,
+                    workflow_id,
+                )
+                rows[table] = [r["row"] for r in found]
+            return rows
+        finally:
+            await conn.close()
+
+    def _sqlite_rows(self, tenant: str, workflow_id: str) -> dict[str, list[str]]:
+        conn = sqlite3.connect(f"file:{self.sqlite_path}?mode=ro", uri=True, timeout=30)
+        try:
+            rows: dict[str, list[str]] = {}
+            for table, where in _WORKFLOW_ROWS:
+                where = where.replace("$1", "?1").replace("$2", "?2").replace("{chats}", "chats")
+                found = conn.execute(f"SELECT * FROM {table} WHERE {where}", (tenant, workflow_id))
+                rows[table] = sorted(repr(row) for row in found.fetchall())
+            return rows
+        finally:
+            conn.close()
 
     async def drop(self) -> None:
         if self.cluster is None:

@@ -8,7 +8,9 @@ effect can be re-driven), orphans of any age retired, and no workflow ever taken
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+from collections.abc import AsyncIterator
 
 from coder_chat import ChatClient
 from coder_chat.durable.context import DurableOptions, StepTools
@@ -33,18 +35,29 @@ async def sweep_once(
     sim: Simulator, store: DurableStore, payments_url: str, lines: list[str]
 ) -> SweepReport:
     """One sweep pass over the store's chats on ``sim``; its report lines go to ``lines``."""
-    async with _PAYMENTS_ENV, ChatClient(base_url=sim.base_url, token=sim.token) as client:
+    async with (
+        payments_env(payments_url),
+        ChatClient(base_url=sim.base_url, token=sim.token) as client,
+    ):
+        return await sweep(
+            client,
+            store,
+            str(sim.organization_id),
+            POLICY,
+            tools=StepTools.build([charge_card, issue_refund]),
+            report=lines.append,
+        )
+
+
+@contextlib.asynccontextmanager
+async def payments_env(payments_url: str) -> AsyncIterator[None]:
+    """``PAYMENTS_URL`` set to this schedule's payments service, while no other schedule's
+    sweep or person uses the variable (the tools read it when they run, in this process)."""
+    async with _PAYMENTS_ENV:
         previous = os.environ.get("PAYMENTS_URL")
         os.environ["PAYMENTS_URL"] = payments_url
         try:
-            return await sweep(
-                client,
-                store,
-                str(sim.organization_id),
-                POLICY,
-                tools=StepTools.build([charge_card, issue_refund]),
-                report=lines.append,
-            )
+            yield
         finally:
             if previous is None:
                 os.environ.pop("PAYMENTS_URL", None)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from .draw import FAILURE_BUDGET, derive, failures
-from .plan import VARIANTS, Variant
+from .plan import PERSON_KINDS, VARIANTS, Variant
+from .test_campaign import COUNT as CI_COUNT
+from .test_campaign import SEED as CI_SEED
 
 
 def test_a_schedule_is_a_function_of_seed_and_index() -> None:
@@ -64,3 +66,28 @@ def test_the_knobs_of_a_schedule_fail_no_more_requests_than_a_task_retries() -> 
     for index in range(300):
         knobs = derive(5, index).knobs
         assert sum(failures(k) for k in knobs) <= FAILURE_BUDGET, knobs
+
+
+def test_a_person_acts_on_some_workflows_after_a_kill_and_never_after_a_held_send() -> None:
+    plans = [p for i in range(300) for p in derive(13, i).workflows if p.refund is None]
+    drawn = [p for p in plans if p.person is not None]
+    assert 0.2 < len(drawn) / len(plans) < 0.4
+    assert {p.person.kind for p in drawn if p.person} == set(PERSON_KINDS)
+    for plan in drawn:
+        assert plan.person is not None and 1 <= plan.person.after_run <= len(plan.kills)
+        assert plan.kills[plan.person.after_run - 1].kind != "held-send"
+        assert plan.changed_prompts[0] != plan.prompts[0]
+        assert plan.changed_prompts[1:] == plan.prompts[1:]
+        assert plan.person.describe() in plan.describe()
+
+
+def test_the_ci_slice_draws_each_persons_action() -> None:
+    """tests/campaign/test_campaign.py's schedules include a changed prompt after a kill
+    late in its run (its first step is finished by then) and a cancel then a resume."""
+    people = [
+        p.person
+        for i in range(CI_COUNT)
+        for p in derive(CI_SEED, i).workflows
+        if p.person is not None
+    ]
+    assert {p.kind for p in people} == set(PERSON_KINDS), people

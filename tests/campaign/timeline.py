@@ -24,6 +24,10 @@ def write_timeline(arena: Arena, outcomes: list[WorkflowOutcome], findings: Find
     lines += [o.describe() for o in outcomes]
     lines += [f"in flight at a kill: {r}" for o in outcomes for r in o.in_flight]
     lines += [f"note: {n}" for n in arena.notes]
+    for outcome in outcomes:
+        if outcome.person is not None:
+            lines.append(f"{outcome.plan.workflow_id} {outcome.person.describe()}")
+            lines += [f"  cancel: {line}" for line in outcome.person.lines]
     lines += [f"sweep: {line}" for line in arena.sweep_lines]
     origin = _origin(arena, outcomes)
     for outcome in outcomes:

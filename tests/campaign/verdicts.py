@@ -17,6 +17,7 @@ Category = Literal[
     "resent finished steps",
     "live orphans",
     "token leaks",
+    "people's actions",
 ]
 CATEGORIES: tuple[Category, ...] = get_args(Category)
 
