@@ -107,17 +107,13 @@ async def test_a_refused_relaunch_waits_for_a_new_deployment(
     assert REFUSED in refused.tags
 
     # The same code again: no relaunch, and a pass that says why and what to do.
-    summary = await sweep()
+    state = await orphan_sweep(target_deployment="reviewing", max_relaunches=1, return_state=True)
+    summary = await state.result()  # type: ignore[misc]
     assert summary["relaunched"] == 0 and len(await relaunches(wid)) == 1
     await APILogHandler.aflush()
+    assert state.state_details.flow_run_id is not None
     async with get_client() as client:
-        sweeps = await client.read_flow_runs(limit=50)
-        said = [
-            log.message
-            for run in sweeps
-            if run.name.startswith("sweep reviewing")
-            for log in await run_logs(client, run.id)
-        ]
+        said = [log.message for log in await run_logs(client, state.state_details.flow_run_id)]
     assert any(f"relaunch {refused.name!r} was refused" in line for line in said), said
     workflow = await runtime(None, None).store.get_workflow(str(sim.organization_id), wid)
     assert workflow is not None and workflow.state == WorkflowState.RUNNING

@@ -149,7 +149,8 @@ def test_combined_directives() -> None:
     assert script.client_tools == [ToolCall("a", {"x": 1})]
     assert script.server_tools == [ToolCall("b", {"y": {"z": 2}})]
     assert script.deltas == 3
-    assert script.sleep == 0.1
+    assert script.sleep == 0.0  # written after a /server-tool: waited once the tools ran
+    assert script.sleep_after_tools == 0.1
     assert script.structured == {"k": "v"}
     assert script.has_structured is True
     assert script.fail == "retryable"
@@ -448,3 +449,10 @@ async def test_directives_work_on_a_fresh_simulator_over_httpx() -> None:
             assert created.status_code == 201
             await sim.wait_for_status(created.json()["id"], "waiting")
         assert [e.tool_name for e in sim.records.effects] == ["ping"]
+
+
+def test_a_sleep_waits_before_the_server_tools_or_after_them_as_written() -> None:
+    before = parse("think /sleep 2 /server-tool look {}")
+    after = parse("look /server-tool look {} /sleep 2 then /sleep 1")
+    assert (before.sleep, before.sleep_after_tools) == (2.0, 0.0)
+    assert (after.sleep, after.sleep_after_tools) == (0.0, 3.0)
