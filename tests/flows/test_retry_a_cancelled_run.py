@@ -6,6 +6,7 @@ again, and the sweep leaves the retried run alone while it runs.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,16 +22,23 @@ from .test_cancel_and_resume import (
     FIRST,
     SECOND,
     Crash,
-    deployment,
     execute,
+    review,
     run_from_deployment,
     sent,
     stored,
 )
 
-__all__ = ["deployment"]  # the fixture, shared with the cancel-and-resume tests
-
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.timeout(120)]
+
+#: A name no other test deploys: the sweep finds runs by their deployment's name.
+DEPLOYMENT = "reviews-retried"
+
+
+@pytest.fixture
+async def deployment(coder_env: Path) -> Any:
+    AFTER_FIRST["do"] = "go on"
+    return await (await review.ato_deployment(name=DEPLOYMENT)).aapply()
 
 
 async def test_retry_on_a_cancelled_run_resumes_its_workflow(
@@ -43,7 +51,7 @@ async def test_retry_on_a_cancelled_run_resumes_its_workflow(
         await execute(run)
     async with get_client() as client:
         await client.set_flow_run_state(run.id, Cancelled(), force=True)
-    assert (await orphan_sweep(target_deployment="reviews"))["cancelled"] == 1
+    assert (await orphan_sweep(target_deployment=DEPLOYMENT))["cancelled"] == 1
     workflow = await stored(sim, wid)
     assert workflow.state == WorkflowState.CANCELLED and workflow.chat_id is not None
     assert sim.chat(workflow.chat_id).archived
@@ -62,5 +70,5 @@ async def test_retry_on_a_cancelled_run_resumes_its_workflow(
     assert len(sim.chats()) == 1  # the same conversation, reopened, then archived at its end
     assert sim.chat(workflow.chat_id).archived
     # The sweep after finds nothing to end or relaunch.
-    summary = await orphan_sweep(target_deployment="reviews")
+    summary = await orphan_sweep(target_deployment=DEPLOYMENT)
     assert summary["cancelled"] == 0 and summary["relaunched"] == 0

@@ -49,7 +49,8 @@ from tests.integration.procs import (
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.timeout(600)]
 
-DEPLOYMENT = "reviews"
+#: A name no other test deploys: the sweep finds runs by their deployment's name.
+DEPLOYMENT = "versioned-reviews"
 READ = "Read the change"
 CAREFULLY = "Read the change carefully"
 #: Long enough that the kill lands while step 2 is in flight.
