@@ -241,6 +241,8 @@ async def end_cancelled(
 
     now = await store.get_workflow(workflow.tenant, workflow.workflow_id)
     checkpointed = [now.chat_id] if now is not None and now.chat_id else []
+    if not checkpointed and labelled:
+        checkpointed = await _checkpoint_newest(client, store, fence, labelled, report)
     retired: list[Retired] = []
     for chat_id in dict.fromkeys([*checkpointed, *labelled]):
         try:
@@ -252,6 +254,28 @@ async def end_cancelled(
             retired.append(Retired(chat_id, "left", str(exc)))
     await store.finish(fence, WorkflowState.CANCELLED)
     return retired
+
+
+async def _checkpoint_newest(
+    client: ChatClient,
+    store: DurableStore,
+    fence: Fence,
+    labelled: Sequence[str],
+    report: Callable[[str], None],
+) -> list[str]:
+    """Checkpoint the newest labelled chat of a workflow that has none (its first turn's
+    process died before writing it), the one a re-run would adopt: a resume then reopens
+    it and recovers what its first turn finished there, instead of sending that turn
+    again on a new chat (and running its effects again under new tool-call ids)."""
+    try:
+        chats = [await client.get_chat(chat_id) for chat_id in labelled]
+    except (CoderError, TimeoutError) as exc:
+        report(f"Could not read the chats of workflow {fence.workflow_id} to keep one ({exc}).")
+        return []
+    chats.sort(key=lambda c: (c.created_at is not None, c.created_at), reverse=True)
+    chosen = str(chats[0].id)
+    await store.save_checkpoint(fence, chosen, None)
+    return [chosen]
 
 
 def _classify(
