@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .draw import FAILURE_BUDGET, derive, failures
 from .plan import PERSON_KINDS, VARIANTS, Variant
-from .test_campaign import COUNT as CI_COUNT
+from .test_campaign import INDEXES as CI_INDEXES
 from .test_campaign import SEED as CI_SEED
 
 
@@ -85,9 +85,6 @@ def test_the_ci_slice_draws_each_persons_action() -> None:
     """tests/campaign/test_campaign.py's schedules include a changed prompt after a kill
     late in its run (its first step is finished by then) and a cancel then a resume."""
     people = [
-        p.person
-        for i in range(CI_COUNT)
-        for p in derive(CI_SEED, i).workflows
-        if p.person is not None
+        p.person for i in CI_INDEXES for p in derive(CI_SEED, i).workflows if p.person is not None
     ]
     assert {p.kind for p in people} == set(PERSON_KINDS), people
