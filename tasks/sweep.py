@@ -375,10 +375,10 @@ async def _deployed_since(
 def _refused_line(workflow_id: str, refused: list[FlowRun]) -> str:
     latest = max(refused, key=lambda r: r.created or datetime.now(UTC))
     return (
-        f"Workflow {workflow_id}: its relaunch {latest.name!r} was refused, its code asking a "
-        "finished step another prompt (PromptChanged). It is left as it was, and not "
-        "relaunched on this code again: deploy the change behind chat.patched(...), or the "
-        "code it ran, and the next pass relaunches it; or run "
+        f"Workflow {workflow_id}: its relaunch {latest.name!r} was refused, its code asking "
+        "another prompt of a step the workflow had already sent (PromptChanged). It is left "
+        "as it was, and not relaunched on this code again: deploy the change behind "
+        "chat.patched(...), or the code it ran, and the next pass relaunches it; or run "
         f"`prefect-coder workflows resume {workflow_id}`."
     )
 

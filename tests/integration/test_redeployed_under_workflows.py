@@ -435,7 +435,9 @@ async def scenario(procs: Processes, tmp: Path, sim: Simulator) -> None:
         assert [r.id for r in await stack.relaunches("new")] == [refused.id]
         assert rows(stack.db, "new") == as_crashed
         assert (await stack.workflow("new")).state == WorkflowState.RUNNING
-        await stack.logs(second_pass.id, "not relaunched on this code again")
+        [said] = await stack.logs(second_pass.id, "not relaunched on this code again")
+        # Its step 2 was in flight, not finished: the pass says what the code did.
+        assert "another prompt of a step the workflow had already sent" in said, said
 
         # The code it ran, deployed again: the next pass relaunches it and it finishes.
         await stack.team.deploy("v2")
