@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict
 from ..client.session import ChatSession
 from ..client.tools import ClientTool, structured_output_tool
 from ..errors import CoderApiError, CoderChatError, CoderError, CoderStreamError
-from ..protocol.models import Chat, ChatMessage
+from ..protocol.models import Chat, ChatMessage, ChatMessagePart
 from ..protocol.transcript import (
     TranscriptMessage,
     answered_by_server,
@@ -52,6 +52,7 @@ from .markers import (
     owner_labels,
     read_tail,
 )
+from .reconcile import NO_RESULT, NOT_RUN
 from .records import (
     JournalEntry,
     PromptChanged,
@@ -252,8 +253,9 @@ async def recover(
     if _outcome_never_seen(ctx, after):
         ctx.report(
             f"{ctx.name}: the earlier attempt finished without seeing what its tools did "
-            "(Coder answered the calls itself when its tool deadline passed); sending it "
-            "again (a call that already ran is answered from the ledger)."
+            "(Coder answered the calls itself when its tool deadline passed, or the "
+            "workflow's end answered them without running them); sending it again (a call "
+            "that already ran is answered from the ledger)."
         )
         return None
     output = structured_output(after, spec.output_type) if spec.output_type else None
@@ -351,13 +353,16 @@ async def check_sent_prompt(ctx: StepContext, prompt: str, chat_id: str) -> None
 
 
 def _outcome_never_seen(ctx: StepContext, after: list[TranscriptMessage]) -> bool:
-    """Did the model only ever get Coder's own "timed out" answer for a client tool call
-    of this step (and for every same-arguments call after it)?
+    """Did the model only ever get a stand-in answer for a client tool call of this step
+    (and for every same-arguments call after it): Coder's own "timed out", or the "not
+    run" / "no result" the workflow's end gave a pause as it retired the chat?
 
     After a crash, Coder's tool deadline may pass before recovery: the tool ran and its
     output never reached the model, or it never ran at all (the process died first).
-    Either way the attempt was cut short by the crash, not finished: the step goes
-    again, and a repeated call is answered from the ledger (an effect at most once).
+    A cancel (or a failure's end) answers a pause without running its calls, and a
+    resume carries the workflow on from there. Either way the attempt was cut short,
+    not finished: the step goes again, and a repeated call is answered from the ledger
+    (an effect at most once).
     """
     tools = set(ctx.tools.durable) | set(ctx.tools.plain)
     calls: dict[str, set[str]] = {}
@@ -368,8 +373,14 @@ def _outcome_never_seen(ctx: StepContext, after: list[TranscriptMessage]) -> boo
                 calls.setdefault(same, set()).add(part.tool_call_id)
     results = [p for m in after for p in m.parts if p.type == "tool-result"]
     asked = {p.tool_call_id for p in results}
-    seen = {p.tool_call_id for p in results if not answered_by_server(p)}
+    seen = {p.tool_call_id for p in results if not _stand_in(p)}
     return any(ids & asked and not ids & seen for ids in calls.values())
+
+
+def _stand_in(part: ChatMessagePart) -> bool:
+    """A tool result that is not the tool's own: Coder's, or a retired pause's."""
+    retired = bool(part.is_error) and part.result in (NOT_RUN, NO_RESULT)
+    return answered_by_server(part) or retired
 
 
 async def _created_with_this_step(ctx: StepContext, chat_id: str) -> bool:

@@ -1,0 +1,77 @@
+"""A step whose pause a cancel answered "not run" goes again when the workflow is resumed.
+
+The process died with the step paused on its durable tool; a person cancelled the
+workflow, which answered the call "not run" (nothing is started while a chat is
+retired), let the model finish, and archived the chat. The model's answer is no
+finished step: its tool never ran. The resume sends the step again and runs the tool
+once (the campaign's 20261312/4, where the step kept "charge failed" as its result).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from coder_chat import ChatClient
+from coder_chat.durable.context import StepContext, StepTools
+from coder_chat.durable.markers import chat_labels
+from coder_chat.durable.reconcile import NOT_RUN
+from coder_chat.durable.records import WorkflowState
+from coder_chat.durable.sqlite import SqliteStore
+from coder_chat.durable.step import StepSpec, run_step
+from coder_chat.durable.sweep import end_cancelled
+from coder_chat.simulator import Simulator
+from tests.simulator.wire import Wire
+
+from .test_run_step import CHARGES, FAST, charge_card
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    s = SqliteStore(tmp_path / "ledger.db")
+    yield s
+    await s.close()
+
+
+async def test_a_step_whose_calls_a_cancel_answered_not_run_goes_again_on_resume(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    tenant, wf = str(sim.organization_id), "wf-cancel-not-run"
+    CHARGES.clear()
+    prompt = 'pay /tool charge_card {"amount_cents": 900}'
+    tools = StepTools.build([charge_card])
+    async with (
+        Wire(sim) as wire,
+        ChatClient(base_url=sim.base_url, token=sim.token) as client,
+    ):
+        fence = await store.begin_run(tenant, wf)
+        ctx = StepContext(client, store, fence, wf, 1, tools, FAST)
+        labels = chat_labels(wf, 1, "local", await store.store_id())
+        declared = [
+            t.declaration().model_dump(exclude_none=True) for t in tools.for_session(ctx.binding)
+        ]
+        created = await wire.create(
+            f"{ctx.marker} {prompt}", labels=labels, unsafe_dynamic_tools=declared
+        )
+        chat_id = str(created["id"])
+        await store.save_checkpoint(fence, chat_id, None)
+        await sim.wait_for_status(chat_id, "requires_action")  # the process dies here
+
+        workflow = await store.get_workflow(tenant, wf)
+        assert workflow is not None
+        retired = await end_cancelled(client, store, workflow, [chat_id], tools, FAST, print)
+        assert [r.action for r in retired] == ["archived"]
+        assert any(NOT_RUN in str(r.output) for r in sim.records.tool_results)
+        cancelled = await store.get_workflow(tenant, wf)
+        assert cancelled is not None and cancelled.state == WorkflowState.CANCELLED
+
+        # The resume: a new run takes the workflow, reopens its chat, runs the step.
+        resumed = await store.begin_run(tenant, wf)
+        await client.update_chat(chat_id, archived=False)
+        again = StepContext(client, store, resumed, wf, 1, tools, FAST)
+        result = await run_step(again, StepSpec(prompt=prompt))
+    assert result.verdict == "resubmitted"
+    assert [amount for amount, _ in CHARGES] == [900]  # run once, by the resubmission
+    assert "receipt-1" in result.text
