@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from coder_chat.durable.reconcile import NO_RESULT, NOT_RUN
 from coder_chat.simulator import Simulator
 from coder_chat.simulator.state import Message
 from prefect_coder.payments import Ledger
@@ -66,12 +65,9 @@ def step_problems(
     kinds = classify(sim, outcome, statuses, number, tries)
     if text not in {reply_to(sim, t) for t in answered(kinds, tries)}:
         problems.append(f"the result {text[:80]!r} is not the committed answer")
-    excused = not_run_answers(sim, wf, number, tries)
     for amount in step.amounts:
         receipt = receipt_for(sim, payments, wf, number, amount)
-        if receipt is None and excused > 0:
-            excused -= 1  # a person's cancel answered its call "not run": never applied
-        elif receipt is None:
+        if receipt is None:
             problems.append(f"the charge of {amount} cents was never applied")
         elif step.receipt_line(amount, receipt) not in text:
             problems.append(f"the result lacks the receipt of {amount} cents")
@@ -81,24 +77,6 @@ def step_problems(
         if result.get("output") != expected:
             problems.append(f"structured output {result.get('output')!r} != {expected!r}")
     return problems
-
-
-def not_run_answers(sim: Simulator, wf: str, number: int, tries: list[Message]) -> int:
-    """How many of the step's calls were answered "not run" as their chat was retired (a
-    person's cancel): from its first attempt to the next step's."""
-    later = attempts(sim, wf, number + 1)
-    start = tries[0].created_at
-    end = later[0].created_at if later else None
-    chats = {t.chat_id for t in tries}
-    return sum(
-        1
-        for r in sim.records.tool_results
-        if r.chat_id in chats
-        and r.at >= start
-        and (end is None or r.at <= end)
-        and r.is_error
-        and any(text in str(r.output) for text in (NOT_RUN, NO_RESULT))
-    )
 
 
 def answered(kinds: list[Pair], tries: list[Message]) -> list[Message]:
