@@ -48,7 +48,12 @@ from pydantic import BaseModel
 from coder_chat import CoderConfigError, CoderError, CoderStoreError, is_retryable
 from coder_chat.durable.context import StepTools
 from coder_chat.durable.records import PromptChanged, StepRecord, WorkflowState
-from coder_chat.durable.step import StepResult, check_same_prompt, check_sent_prompt
+from coder_chat.durable.step import (
+    StepResult,
+    check_same_prompt,
+    check_sent_prompt,
+    labelled_chats,
+)
 from coder_chat.durable.store import FencedOut
 from prefect_coder.blocks import CoderCredentials
 from prefect_coder.tasks._runtime import (
@@ -489,13 +494,21 @@ class DurableChat:
 
     async def _refuse_a_changed_send(self, began: Began, prompt: str) -> None:
         """Raise :class:`PromptChanged` when an earlier run left this step in flight with
-        another prompt (one read of the chat's history, only in that case)."""
+        another prompt (one read of the chat's history, only in that case). A first
+        step's send made the chat, so when no checkpoint holds a chat yet (its process
+        died first), the chat is the newest labelled with the workflow (one more read)."""
         step, before = len(self.results) + 1, began.before
-        in_flight = step == began.last_sent_step and step not in began.stored
-        if not in_flight or before is None or before.chat_id is None:
+        if before is None or step in began.stored:
             return
-        ctx, chat_id = began.run.step_context(step, _log().info), before.chat_id
-        await with_retries(lambda: check_sent_prompt(ctx, prompt, chat_id))
+        ctx = began.run.step_context(step, _log().info)
+        chat_id = before.chat_id if step == began.last_sent_step else None
+        if before.chat_id is None:
+            found = await with_retries(lambda: labelled_chats(ctx))
+            chat_id = str(found[0].id) if found else None
+        if chat_id is None:
+            return
+        sent_on = chat_id
+        await with_retries(lambda: check_sent_prompt(ctx, prompt, sent_on))
 
     # -- end ----------------------------------------------------------------------------
     async def __aexit__(

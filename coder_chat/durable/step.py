@@ -394,16 +394,22 @@ async def _created_with_this_step(ctx: StepContext, chat_id: str) -> bool:
     return await count_attempts(ctx.client, chat_id, ctx.marker) > 0
 
 
-async def adopt_orphan(ctx: StepContext) -> str | None:
-    """With an empty checkpoint, adopt the newest chat this workflow made in this store."""
+async def labelled_chats(ctx: StepContext) -> list[Chat]:
+    """The chats this workflow made in this store, newest first (a read)."""
     labels = {
         **owner_labels(ctx.setup.deployment, await ctx.store.store_id()),
         LABEL_WORKFLOW: ctx.workflow_id[:256],
     }
     found: list[Chat] = [c async for c in ctx.client.iter_chats(labels=labels)]
+    found.sort(key=lambda c: (c.created_at is not None, c.created_at), reverse=True)
+    return found
+
+
+async def adopt_orphan(ctx: StepContext) -> str | None:
+    """With an empty checkpoint, adopt the newest chat this workflow made in this store."""
+    found = await labelled_chats(ctx)
     if not found:
         return None
-    found.sort(key=lambda c: (c.created_at is not None, c.created_at), reverse=True)
     chosen = found[0]
     await ctx.store.save_checkpoint(ctx.fence, chosen.id, None)
     older = f"; {len(found) - 1} older one(s) are left to the sweep" if len(found) > 1 else ""

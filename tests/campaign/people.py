@@ -39,7 +39,7 @@ from tests.crash.lab import CHARGE_CARD, Child
 from .arena import Arena
 from .plan import Person, WorkflowPlan
 from .sweeping import payments_env
-from .truth import prompts, workflow_chats
+from .truth import attempts, prompts, workflow_chats
 from .verdicts import Category, Findings
 
 T = TypeVar("T")
@@ -161,8 +161,8 @@ async def change_prompt(
 ) -> None:
     wf, tenant = plan.workflow_id, arena.tenant
     steps = await retrying(arena, lambda: arena.store.list_steps(tenant, wf))
-    if not any(s.step == 1 for s in steps):
-        record.outcome = "not tried (its first step was not finished in the store)"
+    if not any(s.step == 1 for s in steps) and not attempts(arena.sim, wf, 1):
+        record.outcome = "not tried (its first step never reached Coder)"
         return
     before = await arena.site.workflow_rows(tenant, wf)
     mark = SimMark.take(arena.sim, wf)
