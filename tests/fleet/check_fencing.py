@@ -30,6 +30,9 @@ from .journal import InFlight
 from .storelog import EpochTaken, Write, ended, epochs, fenced_epoch
 from .verdicts import Findings
 
+#: A workflow's states that end it: a run that wrote one had ended it, not been superseded
+#: (a cancelled workflow is carried on by a person's resume).
+ENDED = ("finished", "failed", "cancelled")
 #: How long after its request a late send's message may be committed (delays, replays).
 LANDING = timedelta(seconds=10)
 
@@ -113,13 +116,21 @@ def _concerns(write: Write, wf: str, chats: set[str]) -> bool:
 def _final_state(ev: Evidence, wf: str, old: EpochTaken, new: EpochTaken) -> Findings:
     findings = Findings()
     run = next((r for r in ev.runs[wf] if str(r.id) == old.flow_run_id), None)
-    end = ended(ev.writes, wf)
+    if new.flow_run_id == old.flow_run_id:
+        # The sweep took the epoch to end the workflow for a person who cancelled that
+        # run: it is no successor (check_people judges how the cancelled run ended).
+        findings.figures.append(
+            f"{wf}: epoch {new.epoch} was taken at {new.at:%H:%M:%S.%f} for run "
+            f"{ev.run_name(old.flow_run_id)} itself (a person cancelled it)"
+        )
+        return findings
+    end = ended(ev.writes, wf, ENDED)
     if end is not None and end.epoch == old.epoch and end.at < new.at:
         # It had ended the workflow before the next epoch was taken: not superseded.
         findings.figures.append(
             f"{wf}: epoch {new.epoch} was taken at {new.at:%H:%M:%S.%f}, after run "
             f"{ev.run_name(old.flow_run_id)} had ended the workflow {end.state} at "
-            f"{end.at:%H:%M:%S.%f} (a relaunch of an ended workflow)"
+            f"{end.at:%H:%M:%S.%f} ({_carried_on(end.state)})"
         )
         return findings
     if run is None:
@@ -138,6 +149,10 @@ def _final_state(ev: Evidence, wf: str, old: EpochTaken, new: EpochTaken) -> Fin
             f"{said}; its successor {successor} took epoch {new.epoch} at {new.at:%H:%M:%S.%f}",
         )
     return findings
+
+
+def _carried_on(state: str) -> str:
+    return "a person's resume" if state == "cancelled" else "a relaunch of an ended workflow"
 
 
 def _superseded_by(run: FlowRun, name: str, run_id: str) -> bool:

@@ -68,6 +68,13 @@ def _hit(ev: Evidence, wf: str, record: FaultRecord) -> Hit | None:
 
 
 def _judge(ev: Evidence, hit: Hit) -> Findings:
+    if (cancelled := _cancelled_after(ev, hit)) is not None:
+        findings = Findings()
+        findings.figures.append(
+            f"{hit.workflow_id}: recovery after {hit.record.fault.kind} on {hit.record.host} "
+            f"not judged: a person cancelled the workflow ({cancelled:+.1f}s from it)"
+        )
+        return findings
     after = [t for t in epochs(ev.writes, hit.workflow_id) if t.epoch > hit.held.epoch]
     successor = _run(ev, hit.workflow_id, after[0].flow_run_id) if after else None
     if successor is None or successor.created is None:
@@ -102,6 +109,24 @@ def _judge(ev: Evidence, hit: Hit) -> Findings:
             f"{hit.workflow_id}: finished {total:.1f}s after {what}, allowed {limit + own + SLACK:.1f}s",
         )
     return findings
+
+
+def _cancelled_after(ev: Evidence, hit: Hit) -> float | None:
+    """Seconds from the fault to a person's cancel of the workflow (negative: the cancel
+    came first), if the fault came before the person's resume took the workflow over:
+    it then waits for the person, not for the sweep."""
+    for person in ev.played.people:
+        at = person.acted_at
+        if person.workflow_id != hit.workflow_id or not person.done or at is None:
+            continue
+        if person.person.kind != "cancel-resume":
+            continue
+        resumed = [
+            t for t in epochs(ev.writes, hit.workflow_id) if t.flow_run_id == person.resumed_run
+        ]
+        if not resumed or hit.at < resumed[0].at:
+            return (at - hit.at).total_seconds()
+    return None
 
 
 def _lost_relaunches(ev: Evidence, hit: Hit, successor: FlowRun) -> float:

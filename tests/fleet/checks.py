@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from .check_fencing import check_fencing
 from .check_outcomes import check_charges, check_finished, check_orphans, check_results
+from .check_people import check_people
 from .check_recovery import check_recovery
 from .check_resends import check_resends
 from .check_sweeps import check_sweeps
@@ -19,6 +20,7 @@ CHECKS = (
     check_resends,
     check_orphans,
     check_fencing,
+    check_people,
 )
 
 

@@ -6,10 +6,16 @@ and 2 or 3 faults, most of them aimed at the host running a workflow right after
 one of its steps finished. A cut is healed after a while or once the workflow's
 successor has taken its epoch (so that the run it replaced comes back to a
 workflow that is no longer its own).
+
+In about half the schedules a person acts on one workflow, among those faults
+(:class:`~.plan.Person`): cancels it then resumes it, or runs it again with a
+changed prompt. The person is drawn from a stream of its own, so that adding
+people left every schedule's workflows and faults as they were.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from random import Random
 
 from tests.campaign.draw import draw_step
@@ -17,11 +23,13 @@ from tests.campaign.plan import Step, StepKind
 
 from .plan import (
     HOST_FAULTS,
+    PERSON_KINDS,
     Fault,
     FaultKind,
     FleetSchedule,
     FleetWorkflow,
     Moment,
+    Person,
     Shape,
 )
 
@@ -41,6 +49,8 @@ FAULT_WEIGHTS: dict[FaultKind, float] = {
     "restart-store": 1.5,
     "restart-prefect": 1,
 }
+#: The share of schedules where a person acts on one of the workflows.
+PERSON_SHARE = 0.5
 WORDS = ("refund", "invoice", "ledger", "audit", "payout", "dispute", "receipt", "quote")
 
 
@@ -55,7 +65,29 @@ def derive(seed: int, index: int, workers: int = 3) -> FleetSchedule:
     # Each fault follows a workflow of its own: two faults on one host mostly collide.
     victims = rng.sample(workflows, k=rng.randint(2, 3))
     faults = tuple(draw_fault(rng, victim, hosts) for victim in victims)
+    workflows = with_person(Random(f"fleet:{seed}:{index}:person"), workflows, hosts)
     return FleetSchedule(seed, index, workflows, faults)
+
+
+def with_person(
+    rng: Random, workflows: tuple[FleetWorkflow, ...], hosts: list[str]
+) -> tuple[FleetWorkflow, ...]:
+    """The workflows, one of them with what a person does to it (in about half the
+    schedules). The person acts once a step is finished, and before the last one: so
+    the first prompt is stored (a changed one is refused for it) and there is
+    something left to cancel."""
+    if rng.random() >= PERSON_SHARE:
+        return workflows
+    chosen = rng.randrange(len(workflows))
+    workflow = workflows[chosen]
+    at = Moment(
+        "step",
+        round(rng.uniform(0.0, 2.0), 1),
+        workflow.workflow_id,
+        rng.randint(1, len(workflow.steps) - 1),
+    )
+    person = Person(rng.choice(PERSON_KINDS), at, rng.choice([*hosts, "default"]))
+    return tuple(replace(w, person=person) if n == chosen else w for n, w in enumerate(workflows))
 
 
 def draw_workflow(rng: Random, workflow_id: str, queue: str) -> FleetWorkflow:

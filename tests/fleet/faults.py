@@ -104,15 +104,7 @@ class Injector:
             record.in_flight = await self._in_flight(host)
 
     async def _reach(self, moment: Moment, since: float, limit: float | None) -> None:
-        """Wait for ``moment`` (a time after ``since``, or a workflow's event, for at most
-        ``limit`` seconds)."""
-        if moment.kind == "time":
-            await asyncio.sleep(max(0.0, since + moment.delay - time.monotonic()))
-            return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(limit):
-                await self.observer.until(moment.kind, moment.workflow_id, moment.number)
-        await asyncio.sleep(moment.delay)
+        await reach(self.observer, moment, since, limit)
 
     def _target(self, fault: Fault, record: FaultRecord) -> Host | None:
         if not fault.target:
@@ -196,3 +188,15 @@ class Injector:
         coder = self.fleet.coder
         assert coder is not None
         coder.impair_file.write_text(json.dumps(delays))
+
+
+async def reach(observer: Observer, moment: Moment, since: float, limit: float | None) -> None:
+    """Wait for ``moment`` (a time after ``since``, or a workflow's event, for at most
+    ``limit`` seconds)."""
+    if moment.kind == "time":
+        await asyncio.sleep(max(0.0, since + moment.delay - time.monotonic()))
+        return
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(limit):
+            await observer.until(moment.kind, moment.workflow_id, moment.number)
+    await asyncio.sleep(moment.delay)

@@ -35,6 +35,10 @@ HOST_FAULTS: tuple[FaultKind, ...] = (
     "shape-coder",
 )
 MomentKind = Literal["time", "step", "epoch"]
+PersonKind = Literal["cancel-resume", "changed-prompt"]
+PERSON_KINDS: tuple[PersonKind, ...] = ("cancel-resume", "changed-prompt")
+#: How a person rewords a workflow's first prompt for a ``changed-prompt`` run.
+CHANGED = "(reworded by a person) "
 CutHow = Literal["silent", "refused"]
 
 
@@ -83,20 +87,48 @@ class Fault:
 
 
 @dataclass(frozen=True)
+class Person:
+    """What a person does to a workflow while it runs, at a moment of its own (a step of
+    the workflow finished, and a delay):
+
+    - ``cancel-resume``: cancels the flow run holding the workflow through Prefect's
+      API, as the UI's Cancel button does; once the store says ``cancelled``, resumes
+      it as ``prefect-coder workflows resume`` does;
+    - ``changed-prompt``: runs the workflow again from its deployment, on ``queue``,
+      with its first prompt reworded: a run to be refused, taking and sending nothing.
+    """
+
+    kind: PersonKind
+    at: Moment
+    queue: str = "default"
+
+    def describe(self) -> str:
+        where = f" on {self.queue}" if self.kind == "changed-prompt" else ""
+        return f"{self.kind}{where} at {self.at.describe()}"
+
+
+@dataclass(frozen=True)
 class FleetWorkflow:
     workflow_id: str
     steps: tuple[Step, ...]
     #: The work queue it is launched on: a worker host's own, or ``default``.
     queue: str = "default"
     launch_at: float = 0.0
+    person: Person | None = None
 
     @property
     def prompts(self) -> list[str]:
         return [s.prompt for s in self.steps]
 
+    @property
+    def changed_prompts(self) -> list[str]:
+        """The prompts of a person's ``changed-prompt`` run: the first one reworded."""
+        return [CHANGED + self.steps[0].prompt, *self.prompts[1:]]
+
     def describe(self) -> str:
         steps = ", ".join(s.describe() for s in self.steps)
-        return f"{self.workflow_id}@{self.queue}+{self.launch_at:.0f}s [{steps}]"
+        person = f" person [{self.person.describe()}]" if self.person else ""
+        return f"{self.workflow_id}@{self.queue}+{self.launch_at:.0f}s [{steps}]{person}"
 
 
 @dataclass(frozen=True)

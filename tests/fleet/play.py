@@ -1,9 +1,11 @@
 """Playing one schedule on a running fleet, from the first launch to a quiet fleet.
 
 1. Each workflow is launched (from the ``durable-chat`` deployment, on its queue)
-   at its time, and each fault plays on its own (:mod:`.faults`).
+   at its time, and each fault plays on its own (:mod:`.faults`), as does each
+   person's action (:mod:`.people`).
 2. The schedule waits for every workflow to end in the store (finished, or failed
-   for good), then cancels what is left of the faults (each heals what it broke).
+   for good) and every person to be done, then cancels what is left of the faults
+   (each heals what it broke).
 3. It waits for the fleet to go quiet: every flow run of these workflows over
    (ended in Prefect, or its processes gone), including a run that was cut off
    and came back after its successor took over.
@@ -36,6 +38,7 @@ from .config import DURABLE_CHAT, Timings
 from .faults import FaultRecord, Injector
 from .fleet import Fleet
 from .observe import Observer, Progress
+from .people import PersonRecord, act
 from .plan import FleetSchedule, FleetWorkflow
 from .runs import deployment_runs, ended, parameters
 from .truth import read_truth
@@ -51,7 +54,7 @@ STUCK = 60.0
 class Limits:
     """How long the lab waits for each phase before it stops waiting (and says so)."""
 
-    work: float = 420.0
+    work: float = 600.0
     quiet: float = 120.0
     sweep: float = 150.0
 
@@ -68,6 +71,7 @@ class Played:
     schedule: FleetSchedule
     started: datetime
     faults: list[FaultRecord] = field(default_factory=list)
+    people: list[PersonRecord] = field(default_factory=list)
     launched: dict[str, str] = field(default_factory=dict)
     all_ended: datetime | None = None
     notes: list[str] = field(default_factory=list)
@@ -83,15 +87,27 @@ async def play(
     watching = asyncio.create_task(observer.watch())
     injector = Injector(fleet, observer, time.monotonic())
     faults = [asyncio.create_task(injector.play(f)) for f in schedule.faults]
+    played.people = [
+        PersonRecord(w.workflow_id, w.person) for w in schedule.workflows if w.person is not None
+    ]
+    by_id = {w.workflow_id: w for w in schedule.workflows}
+    people = [
+        asyncio.create_task(act(fleet, observer, by_id[r.workflow_id], injector.started, r))
+        for r in played.people
+    ]
     try:
         await asyncio.gather(*(_launch(fleet, w, played) for w in schedule.workflows))
         await _wait(
-            lambda: _work_over(observer, played, fleet.timings), limits.work, "work", played
+            lambda: _work_over(observer, played, fleet.timings, people),
+            limits.work,
+            "work",
+            played,
         )
         played.all_ended = datetime.now(UTC)
     finally:
         await _cancel(faults)
         played.faults = injector.records
+        await _stop_people(people, played)
         await _restart_dead_workers(fleet, played)
         watching.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -116,8 +132,16 @@ async def _launch(fleet: Fleet, workflow: FleetWorkflow, played: Played) -> None
     played.launched[workflow.workflow_id] = str(run.id)
 
 
-async def _work_over(observer: Observer, played: Played, timings: Timings) -> bool:
-    """Every workflow ended in the store, or lost before the store heard of it."""
+async def _work_over(
+    observer: Observer,
+    played: Played,
+    timings: Timings,
+    people: list[asyncio.Task[None]],
+) -> bool:
+    """Every person is done, and every workflow ended in the store, or lost before the
+    store heard of it."""
+    if not all(p.done() for p in people):
+        return False
     ids = observer.workflow_ids
     unbegun = [i for i in ids if observer.progress.get(i, Progress()).record is None]
     lost = await _lost(played, unbegun, timings) if unbegun else set()
@@ -158,6 +182,17 @@ async def _cancel(faults: list[asyncio.Task[FaultRecord]]) -> None:
     for task in faults:
         task.cancel()
     for task in faults:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def _stop_people(people: list[asyncio.Task[None]], played: Played) -> None:
+    """A person still acting when the work phase ended is stopped (and it is said)."""
+    for task in people:
+        if not task.done():
+            task.cancel()
+            played.notes.append("a person was still acting when the work phase ended: stopped")
+    for task in people:
         with contextlib.suppress(asyncio.CancelledError):
             await task
 

@@ -6,7 +6,14 @@ Once the second has finished two steps, its host (w2) is cut off (link down), an
 healed 3 s after the second's successor has taken its epoch, so that the run it
 replaced comes back, alive, to a workflow that is no longer its own, while that
 successor is still at work (its last step is long). The third runs on w3
-untouched (and takes over whatever the sweep relaunches).
+untouched by faults (and takes over whatever the sweep relaunches).
+
+Two people act among those faults. Two seconds after the first workflow's host was
+killed, while that workflow waits for its relaunch, a person runs it again on w3
+with its first prompt reworded: a run to be refused, taking nothing. Once the third
+has finished its first step, a person cancels its run from the API as the UI does,
+in the middle of its second step (a long one), and resumes it once the store says
+it is cancelled.
 
 Its fleet runs the sweep on w3's queue alone (:data:`CI_SWEEP_QUEUE`): a host
 killed or cut off with a sweep in flight blocks every sweep for minutes (the
@@ -19,7 +26,7 @@ from __future__ import annotations
 
 from tests.campaign.plan import Step, prompt_json
 
-from .plan import Fault, FleetSchedule, FleetWorkflow, Moment
+from .plan import Fault, FleetSchedule, FleetWorkflow, Moment, Person
 
 #: The queue the CI fleet's sweep is deployed to: only w3, which no fault touches, polls it.
 CI_SWEEP_QUEUE = "w3"
@@ -45,6 +52,7 @@ def ci_schedule(seed: int = 16) -> FleetSchedule:
             killed,
             (_plain("refund"), _charge(1601, "refund"), _sleep(2.0, "refund"), _plain("memo")),
             "w1",
+            person=Person("changed-prompt", Moment("step", 2.0, killed, 1), "w3"),
         ),
         FleetWorkflow(
             cut,
@@ -56,7 +64,12 @@ def ci_schedule(seed: int = 16) -> FleetSchedule:
             ),
             "w2",
         ),
-        FleetWorkflow(calm, (_charge(1603, "payout"), _plain("payout"), _plain("audit")), "w3"),
+        FleetWorkflow(
+            calm,
+            (_charge(1603, "payout"), _sleep(6.0, "payout"), _plain("audit")),
+            "w3",
+            person=Person("cancel-resume", Moment("step", 1.0, calm, 1)),
+        ),
     )
     kill = Moment("step", 0.5, killed, 1)
     cut_off = Moment("step", 0.3, cut, 2)

@@ -170,13 +170,16 @@ class Ended:
     at: datetime
 
 
-def ended(writes: list[Write], workflow_id: str) -> Ended | None:
-    """When the workflow was first written finished (or failed), and by which epoch."""
+def ended(
+    writes: list[Write], workflow_id: str, states: tuple[str, ...] = ("finished", "failed")
+) -> Ended | None:
+    """When the workflow was first written in one of ``states`` (finished or failed, by
+    default), and by which epoch."""
     for write in writes:
         if write.table != "workflows" or write.params.get(2) != workflow_id:
             continue
         state = next((b["state"] for b in _bodies(write) if "state" in b), None)
         epoch = fenced_epoch(write)
-        if state in ("finished", "failed") and epoch is not None:
+        if state in states and epoch is not None:
             return Ended(workflow_id, str(state), epoch, write.committed)
     return None

@@ -7,11 +7,7 @@ t=10s (and nothing before), whatever B does, and must want A marked superseded.
 
 from __future__ import annotations
 
-import json
-import uuid
-from datetime import UTC, datetime, timedelta
-
-from prefect.client.schemas.objects import FlowRun, State, StateType
+from prefect.client.schemas.objects import State, StateType
 
 from coder_chat.durable.markers import LABEL_WORKFLOW
 from tests.campaign.plan import Step
@@ -23,39 +19,22 @@ from .evidence import Evidence
 from .plan import FleetSchedule, FleetWorkflow
 from .play import Played
 from .storelog import Write
+from .stories import (
+    CHAT,
+    RUN_A,
+    RUN_B,
+    SRC_A,
+    SRC_B,
+    T0,
+    WF,
+    at,
+    begin_run,
+    fenced_write,
+    flow_run,
+    send,
+)
 from .truth import ChatTruth, Truth
 from .witness import Sighting, Witness
-
-T0 = datetime(2026, 6, 1, 10, 0, 0, tzinfo=UTC)
-WF, CHAT = "wf-fenced", "4b1f9e0e-0000-4000-8000-000000000001"
-RUN_A, RUN_B = str(uuid.uuid4()), str(uuid.uuid4())
-SRC_A, SRC_B = "10.231.0.42:40000", "10.231.0.43:50000"
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
-
-
-def begin_run(seconds: float, run: str, src: str) -> Write:
-    """``begin_run``'s one statement (it takes the next epoch), for ``run``."""
-    body, fields = json.dumps({"epoch": 1, "flow_run_id": run}), json.dumps({"flow_run_id": run})
-    params: dict[int, str | None] = {1: "tenant", 2: WF, 3: "1", 4: "running", 7: body, 8: fields}
-    return Write(at(seconds), at(seconds), src, "workflows", params, takes_epoch=True)
-
-
-def fenced_write(seconds: float, epoch: int, src: str, table: str = "workflows") -> Write:
-    """A write fenced at ``epoch`` (``$3``), as every write of the store is."""
-    params: dict[int, str | None] = {1: "tenant", 2: WF, 3: str(epoch), 4: '{"heartbeat_at": 1}'}
-    return Write(at(seconds), at(seconds), src, table, params)
-
-
-def send(seconds: float, run: str, src: str) -> Request:
-    path = f"/api/v2/chats/{CHAT}/messages"
-    return Request(at(seconds), src, "POST", path, run, src.split(":")[0])
-
-
-def flow_run(run_id: str, name: str, state: State) -> FlowRun:
-    return FlowRun(id=uuid.UUID(run_id), name=name, flow_id=uuid.uuid4(), state=state)
 
 
 def evidence(requests: list[Request], writes: list[Write], state_of_a: State) -> Evidence:

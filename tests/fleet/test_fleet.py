@@ -35,8 +35,9 @@ from .verdicts import Category
 pytestmark = [pytest.mark.fleet, pytest.mark.timeout(600)]
 
 #: How long the lab waits for each phase (the scenario's work takes about 100 s on an
-#: idle machine): long before the test's own timeout.
-CI_LIMITS = Limits(work=240.0, quiet=60.0, sweep=90.0)
+#: idle machine, the people's cancel and resume included): long before the test's own
+#: timeout.
+CI_LIMITS = Limits(work=360.0, quiet=60.0, sweep=90.0)
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
@@ -119,3 +120,21 @@ async def test_a_superseded_run_writes_nothing(played: ScheduleResult) -> None:
 
 async def test_a_superseded_run_ends_marked_superseded(played: ScheduleResult) -> None:
     assert judged(played, "superseded run's state") == []
+
+
+async def test_each_persons_action_was_taken(played: ScheduleResult) -> None:
+    """Not an invariant either: that both people acted (else the next test judges nothing)."""
+    evidence = played.evidence
+    assert played.error is None and evidence is not None, played.error
+    kinds = {r.person.kind for r in evidence.played.people if r.done}
+    assert kinds == {"changed-prompt", "cancel-resume"}, [
+        r.describe() for r in evidence.played.people
+    ]
+    cancel = next(r for r in evidence.played.people if r.person.kind == "cancel-resume")
+    assert cancel.cancelled_seen is not None and cancel.resumed_run, cancel.describe()
+
+
+async def test_a_cancel_stops_the_workflow_and_a_changed_prompt_takes_nothing(
+    played: ScheduleResult,
+) -> None:
+    assert judged(played, "people's actions") == []

@@ -19,6 +19,7 @@ Category = Literal[
     "fenced run wrote",
     "superseded run's state",
     "sweep blocked",
+    "people's actions",
 ]
 CATEGORIES: tuple[Category, ...] = get_args(Category)
 

@@ -1,0 +1,131 @@
+"""A person's action keeps its meaning on a fleet (DESIGN.md points 11 and 14).
+
+**A cancel then a resume** (the run holding the workflow set Cancelling through
+Prefect's API, as the UI's Cancel button does):
+
+- the store says ``cancelled`` (the sweep the cancel triggered ended it), unless the
+  workflow finished first; and every chat of it is archived by then (one paused on an
+  effect in flight is left to a later sweep: a figure);
+- nothing relaunches it: the first epoch taken after the cancel is the resume's;
+- no prompt of it lands in Coder from the cancel until the resume takes it over;
+- the cancelled run ends Cancelled in Prefect (or Crashed, when a fault took its host);
+- ``resume_workflow`` accepts it (and the usual checks hold the resumed run to the
+  rest: finished, nothing finished sent again, each effect once).
+
+**A changed prompt** (the workflow run again from its deployment, its first prompt
+reworded): the run fails with ``PromptChanged``; it takes no epoch, no write of its
+connections commits, no action of its sockets reaches Coder, and the reworded prompt
+lands nowhere.
+"""
+
+from __future__ import annotations
+
+from prefect.client.schemas.objects import FlowRun, StateType
+
+from .evidence import Evidence
+from .people import PersonRecord
+from .plan import CHANGED
+from .storelog import ended, epochs
+from .verdicts import Findings
+
+#: States the cancelled run may end in: Cancelled, or Crashed when a fault took its host.
+CANCELLED_RUN = frozenset({StateType.CANCELLED, StateType.CRASHED})
+
+
+def check_people(ev: Evidence) -> Findings:
+    findings = Findings()
+    for record in ev.played.people:
+        findings.figures.append(f"person: {record.describe()}")
+        if not record.done:
+            continue
+        if record.person.kind == "cancel-resume":
+            findings.merge(_cancel(ev, record))
+        else:
+            findings.merge(_changed(ev, record))
+    return findings
+
+
+def _cancel(ev: Evidence, record: PersonRecord) -> Findings:
+    findings, wf = Findings(), record.workflow_id
+
+    def violation(detail: str) -> None:
+        findings.add("people's actions", f"{wf} {record.person.describe()}: {detail}")
+
+    if record.failure:
+        violation(record.failure)
+    run = _run(ev, wf, record.run_id)
+    if run is not None and (run.state is None or run.state.type not in CANCELLED_RUN):
+        violation(f"the cancelled run {run.name} ended {_said(run)}")
+    if record.cancelled_seen is None:
+        return findings  # it finished first, or the failure above says what happened
+    for chat in record.live_at_cancel:
+        if "[requires_action]" in chat:
+            findings.figures.append(f"{wf}: the cancel left chat {chat} for a later sweep")
+        else:
+            violation(f"chat {chat} was left unarchived by the cancel")
+    cancelled = ended(ev.writes, wf, ("cancelled",))
+    if cancelled is None:
+        violation("the store's log holds no write of it cancelled")
+        return findings
+    later = [t for t in epochs(ev.writes, wf) if t.at > cancelled.at]
+    resumed_at = later[0].at if later else None
+    if later and later[0].flow_run_id != record.resumed_run:
+        violation(
+            f"epoch {later[0].epoch} was taken after the cancel by run "
+            f"{ev.run_name(later[0].flow_run_id)}, not by the resume"
+        )
+    for prompt in ev.truth.prompts(wf):
+        if cancelled.at < prompt.created_at and (
+            resumed_at is None or prompt.created_at < resumed_at
+        ):
+            violation(
+                f"a prompt landed {(prompt.created_at - cancelled.at).total_seconds():.1f}s "
+                f"after the workflow was stored cancelled, before the resume: {prompt.text()[:80]!r}"
+            )
+    return findings
+
+
+def _changed(ev: Evidence, record: PersonRecord) -> Findings:
+    findings, wf, run_id = Findings(), record.workflow_id, record.run_id
+
+    def violation(detail: str) -> None:
+        findings.add("people's actions", f"{wf} {record.person.describe()}: {detail}")
+
+    run = _run(ev, wf, run_id)
+    began = run is not None and run.start_time is not None
+    if run is not None and began and not _refused(run):
+        violation(f"the run with a changed prompt ended {_said(run)}")
+    for taken in epochs(ev.writes, wf):
+        if taken.flow_run_id == run_id:
+            violation(f"the run with a changed prompt took epoch {taken.epoch}")
+    for write in ev.writes:
+        sighting = ev.witness.who(write.src, write.committed.timestamp())
+        if sighting is not None and sighting.flow_run_id == run_id:
+            violation(f"the run with a changed prompt wrote {write.describe()}")
+    for request in ev.requests:
+        if request.flow_run_id == run_id and request.action is not None:
+            violation(f"the run with a changed prompt reached Coder: {request.describe()}")
+    for prompt in ev.truth.prompts(wf):
+        if CHANGED in prompt.text():
+            violation(f"the reworded prompt landed in chat {prompt.chat_id}")
+    return findings
+
+
+def _run(ev: Evidence, wf: str, run_id: str) -> FlowRun | None:
+    return next((r for r in ev.runs[wf] if str(r.id) == run_id), None)
+
+
+def _refused(run: FlowRun) -> bool:
+    state = run.state
+    return (
+        state is not None
+        and state.type == StateType.FAILED
+        and "PromptChanged" in (state.message or "")
+    )
+
+
+def _said(run: FlowRun) -> str:
+    state = run.state
+    if state is None:
+        return "with no state"
+    return f"{state.type.value}/{state.name}: {(state.message or '')[:160]}"

@@ -1,0 +1,185 @@
+"""The people's check (and the fencing check beside it), on hand-made stories.
+
+A cancel: run A holds epoch 1 on w2; a person cancels it at t=8s; the sweep takes
+epoch 2 for A itself at t=10s and stores the workflow cancelled at t=12s; the
+person's resume, run B, takes epoch 3 at t=30s. A changed prompt: run C, refused.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from prefect.client.schemas.objects import State, StateType
+
+from coder_chat.durable.markers import LABEL_WORKFLOW
+from tests.campaign.plan import Step
+
+from .check_fencing import check_fencing
+from .check_people import check_people
+from .check_recovery import check_recovery
+from .coder_requests import Request
+from .config import Timings
+from .evidence import Evidence
+from .faults import FaultRecord
+from .people import PersonRecord
+from .plan import CHANGED, Fault, FleetSchedule, FleetWorkflow, Moment, Person
+from .play import Played
+from .storelog import Write
+from .stories import (
+    CHAT,
+    RUN_A,
+    RUN_B,
+    SRC_A,
+    SRC_B,
+    T0,
+    WF,
+    at,
+    begin_run,
+    flow_run,
+    prompt,
+    send,
+    stored_state,
+)
+from .truth import ChatTruth, Message, Truth
+from .witness import Sighting, Witness
+
+RUN_C, SRC_C, SWEEP = str(uuid.uuid4()), "10.231.0.43:50001", "10.231.0.43:50002"
+CANCELLED = State(type=StateType.CANCELLED, name="Cancelled", message="Cancelled by a person")
+REFUSED = State(
+    type=StateType.FAILED,
+    name="Failed",
+    message="Flow run encountered an exception: PromptChanged: step 1 of workflow 'wf'",
+)
+WHEN = Moment("step", 0.0, WF, 1)
+
+
+def cancelled_by_a_person() -> PersonRecord:
+    record = PersonRecord(WF, Person("cancel-resume", WHEN), done=True, run_id=RUN_A)
+    record.acted_at, record.cancelled_seen, record.resumed_run = at(8), at(13), RUN_B
+    return record
+
+
+def changed_prompt() -> PersonRecord:
+    return PersonRecord(WF, Person("changed-prompt", WHEN, "w3"), done=True, run_id=RUN_C)
+
+
+def story(
+    people: list[PersonRecord],
+    writes: list[Write],
+    prompts: Sequence[Message] = (),
+    requests: Sequence[Request] = (),
+    state_of_a: State = CANCELLED,
+    state_of_c: State = REFUSED,
+    faults: Sequence[FaultRecord] = (),
+) -> Evidence:
+    workflow = FleetWorkflow(WF, (Step("plain", "plan it"), Step("plain", "do it")))
+    schedule = FleetSchedule(0, 0, (workflow,), ())
+    chat = ChatTruth(CHAT, "waiting", True, {LABEL_WORKFLOW: WF}, T0, tuple(prompts))
+    witness = Witness([])
+    for src, run, host in ((SRC_A, RUN_A, "w2"), (SRC_B, RUN_B, "w3"), (SRC_C, RUN_C, "w3")):
+        ip, _, port = src.rpartition(":")
+        seen = Sighting(run, host, at(0).timestamp(), at(60).timestamp())
+        witness.sockets[(ip, int(port))] = [seen]
+    runs = [
+        flow_run(RUN_A, "wf · epoch 1", state_of_a, made=0),
+        flow_run(RUN_C, "crafty-otter", state_of_c, made=1),
+        flow_run(RUN_B, "wf · resumed", State(type=StateType.COMPLETED), made=29),
+    ]
+    played = Played(schedule, T0, people=people, faults=list(faults))
+    return Evidence(
+        played=played,
+        timings=Timings(),
+        tenant="tenant",
+        truth=Truth({CHAT: chat}, (), (), ()),
+        requests=list(requests),
+        writes=writes,
+        runs={WF: runs},
+        sweeps=[],
+        workflows={WF: None},
+        steps={WF: []},
+        ledger={},
+        applied={},
+        receipts={},
+        witness=witness,
+        logs={},
+        submitted={},
+    )
+
+
+def cancel_writes(*more: Write) -> list[Write]:
+    return sorted(
+        [
+            begin_run(0, RUN_A, SRC_A),
+            begin_run(10, RUN_A, SWEEP),  # the sweep takes the epoch for the cancelled run
+            stored_state(12, 2, SWEEP, "cancelled"),
+            begin_run(30, RUN_B, SRC_B),
+            *more,
+        ],
+        key=lambda w: w.committed,
+    )
+
+
+def test_a_cancel_then_a_resume_as_meant_passes_both_checks() -> None:
+    ev = story(
+        [cancelled_by_a_person()], cancel_writes(), [prompt(5, "plan it"), prompt(31, "do it", 2)]
+    )
+    assert check_people(ev).violations == []
+    assert check_fencing(ev).violations == []
+
+
+def test_a_prompt_landing_between_the_cancel_and_the_resume_is_caught() -> None:
+    ev = story(
+        [cancelled_by_a_person()], cancel_writes(), [prompt(5, "plan it"), prompt(20, "do it", 2)]
+    )
+    [violation] = check_people(ev).violations
+    assert violation.category == "people's actions"
+    assert "8.0s after the workflow was stored cancelled" in violation.detail
+
+
+def test_a_relaunch_after_the_cancel_is_caught() -> None:
+    relaunch = begin_run(20, RUN_C, SRC_C)
+    [violation] = check_people(story([cancelled_by_a_person()], cancel_writes(relaunch))).violations
+    assert "epoch 3 was taken after the cancel by run crafty-otter" in violation.detail
+
+
+def test_a_cancelled_run_that_completed_and_an_unarchived_chat_are_caught() -> None:
+    record = cancelled_by_a_person()
+    record.live_at_cancel = [f"{CHAT} [running]"]
+    completed = State(type=StateType.COMPLETED)
+    found = check_people(story([record], cancel_writes(), state_of_a=completed)).of(
+        "people's actions"
+    )
+    assert len(found) == 2, found
+    assert "ended COMPLETED" in found[0] and "left unarchived by the cancel" in found[1]
+
+
+def test_a_fault_before_the_resume_is_no_slow_recovery() -> None:
+    """A host killed under the cancelled run: the workflow waits for the person, and its
+    'successor' (the sweep's epoch for the same run, then the resume) is not judged."""
+    kill = FaultRecord(Fault("kill-host", Moment("time", 5.0), "w2"), "w2", at(9).timestamp())
+    kill.runs, kill.ended = [RUN_A], at(40).timestamp()
+    ev = story([cancelled_by_a_person()], cancel_writes(), faults=[kill])
+    findings = check_recovery(ev)
+    assert findings.violations == [] and findings.recoveries == []
+    assert any("not judged: a person cancelled" in f for f in findings.figures)
+    alone = story([], cancel_writes(), faults=[kill])
+    assert check_recovery(alone).recoveries or check_recovery(alone).violations
+
+
+def test_a_refused_changed_prompt_that_took_nothing_passes() -> None:
+    ev = story([changed_prompt()], [begin_run(0, RUN_A, SRC_A)], [prompt(5, "plan it")])
+    assert check_people(ev).violations == []
+
+
+def test_a_changed_prompt_run_that_acted_is_caught_each_way() -> None:
+    writes = [begin_run(0, RUN_A, SRC_A), begin_run(20, RUN_C, SRC_C)]
+    prompts = [prompt(5, "plan it"), prompt(21, CHANGED + "plan it", 2)]
+    completed = State(type=StateType.COMPLETED)
+    ev = story([changed_prompt()], writes, prompts, [send(21, RUN_C, SRC_C)], state_of_c=completed)
+    found = check_people(ev).of("people's actions")
+    assert any("ended COMPLETED" in f for f in found), found
+    assert any("took epoch 2" in f for f in found), found
+    assert any("wrote" in f for f in found), found
+    assert any("reached Coder" in f for f in found), found
+    assert any("reworded prompt landed" in f for f in found), found
