@@ -81,14 +81,14 @@ async def act(
     """Wait for the person's moment, then take their action, writing ``record``."""
     person = record.person
     await reach(observer, person.at, started, limit=None)
-    if observer.ended(workflow.workflow_id):
-        record.outcome = "not tried (the workflow had ended)"
-        return
     record.outcome = "begun"
-    if person.kind == "cancel-resume":
-        await cancel_then_resume(fleet, observer, record)
-    else:
+    if person.kind == "changed-prompt":
+        # Refused all the same once the workflow has ended: its first step is stored.
         await change_prompt(fleet, workflow, record)
+    elif observer.ended(workflow.workflow_id):
+        record.outcome = "not tried (the workflow had ended)"
+    else:
+        await cancel_then_resume(fleet, observer, record)
 
 
 async def cancel_then_resume(fleet: Fleet, observer: Observer, record: PersonRecord) -> None:

@@ -13,8 +13,12 @@ from datetime import UTC, datetime, timedelta
 from prefect.client.schemas.objects import FlowRun, State
 
 from .coder_requests import Request
+from .config import Timings
+from .evidence import Evidence
+from .play import Played
 from .storelog import Write
-from .truth import Message
+from .truth import ChatTruth, Message, Truth
+from .witness import Witness
 
 T0 = datetime(2026, 6, 1, 10, 0, 0, tzinfo=UTC)
 WF, CHAT = "wf-fenced", "4b1f9e0e-0000-4000-8000-000000000001"
@@ -64,3 +68,32 @@ def stored_state(seconds: float, epoch: int, src: str, state: str) -> Write:
 def prompt(seconds: float, text: str, number: int = 1) -> Message:
     """A user message of :data:`CHAT`, committed by the server then."""
     return Message(number, CHAT, "user", ({"type": "text", "text": text},), at(seconds))
+
+
+def story_evidence(
+    played: Played,
+    chat: ChatTruth,
+    requests: list[Request],
+    writes: list[Write],
+    runs: list[FlowRun],
+    witness: Witness,
+) -> Evidence:
+    """The evidence of a one-workflow story, :data:`CHAT` its one chat; nothing else."""
+    return Evidence(
+        played=played,
+        timings=Timings(),
+        tenant="tenant",
+        truth=Truth({chat.id: chat}, (), (), ()),
+        requests=requests,
+        writes=writes,
+        runs={WF: runs},
+        sweeps=[],
+        workflows={WF: None},
+        steps={WF: []},
+        ledger={},
+        applied={},
+        receipts={},
+        witness=witness,
+        logs={},
+        submitted={},
+    )

@@ -19,7 +19,6 @@ from .check_fencing import check_fencing
 from .check_people import check_people
 from .check_recovery import check_recovery
 from .coder_requests import Request
-from .config import Timings
 from .evidence import Evidence
 from .faults import FaultRecord
 from .people import PersonRecord
@@ -40,8 +39,9 @@ from .stories import (
     prompt,
     send,
     stored_state,
+    story_evidence,
 )
-from .truth import ChatTruth, Message, Truth
+from .truth import ChatTruth, Message
 from .witness import Sighting, Witness
 
 RUN_C, SRC_C, SWEEP = str(uuid.uuid4()), "10.231.0.43:50001", "10.231.0.43:50002"
@@ -87,24 +87,7 @@ def story(
         flow_run(RUN_B, "wf · resumed", State(type=StateType.COMPLETED), made=29),
     ]
     played = Played(schedule, T0, people=people, faults=list(faults))
-    return Evidence(
-        played=played,
-        timings=Timings(),
-        tenant="tenant",
-        truth=Truth({CHAT: chat}, (), (), ()),
-        requests=list(requests),
-        writes=writes,
-        runs={WF: runs},
-        sweeps=[],
-        workflows={WF: None},
-        steps={WF: []},
-        ledger={},
-        applied={},
-        receipts={},
-        witness=witness,
-        logs={},
-        submitted={},
-    )
+    return story_evidence(played, chat, list(requests), writes, runs, witness)
 
 
 def cancel_writes(*more: Write) -> list[Write]:

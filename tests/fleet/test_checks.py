@@ -14,7 +14,6 @@ from tests.campaign.plan import Step
 
 from .check_fencing import check_fencing
 from .coder_requests import Request
-from .config import Timings
 from .evidence import Evidence
 from .plan import FleetSchedule, FleetWorkflow
 from .play import Played
@@ -32,8 +31,9 @@ from .stories import (
     fenced_write,
     flow_run,
     send,
+    story_evidence,
 )
-from .truth import ChatTruth, Truth
+from .truth import ChatTruth
 from .witness import Sighting, Witness
 
 
@@ -51,24 +51,8 @@ def evidence(requests: list[Request], writes: list[Write], state_of_a: State) ->
         flow_run(RUN_A, "wf · epoch 1", state_of_a),
         flow_run(RUN_B, "wf · epoch 2", State(type=StateType.COMPLETED)),
     ]
-    return Evidence(
-        played=Played(schedule, T0),
-        timings=Timings(),
-        tenant="tenant",
-        truth=Truth({CHAT: chat}, (), (), ()),
-        requests=requests,
-        writes=[begin_run(0, RUN_A, SRC_A), begin_run(10, RUN_B, SRC_B), *writes],
-        runs={WF: runs},
-        sweeps=[],
-        workflows={WF: None},
-        steps={WF: []},
-        ledger={},
-        applied={},
-        receipts={},
-        witness=witness,
-        logs={},
-        submitted={},
-    )
+    writes = [begin_run(0, RUN_A, SRC_A), begin_run(10, RUN_B, SRC_B), *writes]
+    return story_evidence(Played(schedule, T0), chat, requests, writes, runs, witness)
 
 
 SUPERSEDED = State(
