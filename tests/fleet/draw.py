@@ -80,11 +80,15 @@ def with_person(
         return workflows
     chosen = rng.randrange(len(workflows))
     workflow = workflows[chosen]
+    # Right after a step followed by a long one (when there is one), so that the person
+    # mostly meets the workflow running: its other steps take a fraction of a second.
+    steps = range(1, len(workflow.steps))
+    long_next = [n for n in steps if workflow.steps[n].kind == "sleep"]
     at = Moment(
         "step",
-        round(rng.uniform(0.0, 2.0), 1),
+        round(rng.uniform(0.0, 0.8), 1),
         workflow.workflow_id,
-        rng.randint(1, len(workflow.steps) - 1),
+        rng.choice(long_next or list(steps)),
     )
     person = Person(rng.choice(PERSON_KINDS), at, rng.choice([*hosts, "default"]))
     return tuple(replace(w, person=person) if n == chosen else w for n, w in enumerate(workflows))
