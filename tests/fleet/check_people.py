@@ -6,7 +6,8 @@ Prefect's API, as the UI's Cancel button does):
 - the store says ``cancelled`` (the sweep the cancel triggered ended it), unless the
   workflow finished first; and every chat of it is archived by then (one paused on an
   effect in flight is left to a later sweep: a figure);
-- nothing relaunches it: the first epoch taken after the cancel is the resume's;
+- nothing relaunches it: no run of it is made between the cancel and the resume, and
+  the first epoch taken after the cancel is the resume's;
 - no prompt of it lands in Coder from the cancel until the resume takes it over;
 - the cancelled run ends Cancelled in Prefect (or Crashed, when a fault took its host);
 - ``resume_workflow`` accepts it (and the usual checks hold the resumed run to the
@@ -19,6 +20,8 @@ lands nowhere.
 """
 
 from __future__ import annotations
+
+from datetime import datetime
 
 from prefect.client.schemas.objects import FlowRun, StateType
 
@@ -67,22 +70,43 @@ def _cancel(ev: Evidence, record: PersonRecord) -> Findings:
     if cancelled is None:
         violation("the store's log holds no write of it cancelled")
         return findings
-    later = [t for t in epochs(ev.writes, wf) if t.at > cancelled.at]
-    resumed_at = later[0].at if later else None
+    for problem in _relaunched(ev, record, cancelled.at) + _landed(ev, wf, cancelled.at):
+        violation(problem)
+    return findings
+
+
+def _relaunched(ev: Evidence, record: PersonRecord, cancelled: datetime) -> list[str]:
+    """Runs made between the cancel and the resume, and an epoch taken after the
+    workflow was stored cancelled by a run other than the resume."""
+    wf, problems = record.workflow_id, []
+    resume = _run(ev, wf, record.resumed_run)
+    until = resume.created if resume is not None else None
+    for other in ev.runs[wf]:
+        made, acted = other.created, record.acted_at
+        if str(other.id) in (record.resumed_run, record.run_id) or made is None or acted is None:
+            continue
+        if acted < made and (until is None or made < until):
+            problems.append(f"run {other.name} of it was made after the cancel, before the resume")
+    later = [t for t in epochs(ev.writes, wf) if t.at > cancelled]
     if later and later[0].flow_run_id != record.resumed_run:
-        violation(
+        problems.append(
             f"epoch {later[0].epoch} was taken after the cancel by run "
             f"{ev.run_name(later[0].flow_run_id)}, not by the resume"
         )
-    for prompt in ev.truth.prompts(wf):
-        if cancelled.at < prompt.created_at and (
-            resumed_at is None or prompt.created_at < resumed_at
-        ):
-            violation(
-                f"a prompt landed {(prompt.created_at - cancelled.at).total_seconds():.1f}s "
-                f"after the workflow was stored cancelled, before the resume: {prompt.text()[:80]!r}"
-            )
-    return findings
+    return problems
+
+
+def _landed(ev: Evidence, wf: str, cancelled: datetime) -> list[str]:
+    """Prompts of the workflow that landed after it was stored cancelled and before an
+    epoch was taken again (the resume's)."""
+    later = [t.at for t in epochs(ev.writes, wf) if t.at > cancelled]
+    resumed = later[0] if later else None
+    return [
+        f"a prompt landed {(p.created_at - cancelled).total_seconds():.1f}s after the "
+        f"workflow was stored cancelled, before the resume: {p.text()[:80]!r}"
+        for p in ev.truth.prompts(wf)
+        if cancelled < p.created_at and (resumed is None or p.created_at < resumed)
+    ]
 
 
 def _changed(ev: Evidence, record: PersonRecord) -> Findings:

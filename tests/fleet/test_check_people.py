@@ -121,9 +121,15 @@ def test_a_prompt_landing_between_the_cancel_and_the_resume_is_caught() -> None:
 
 
 def test_a_relaunch_after_the_cancel_is_caught() -> None:
+    """Run C, made at t=1s, before the cancel, is no relaunch; made at t=15s, it is."""
     relaunch = begin_run(20, RUN_C, SRC_C)
     [violation] = check_people(story([cancelled_by_a_person()], cancel_writes(relaunch))).violations
     assert "epoch 3 was taken after the cancel by run crafty-otter" in violation.detail
+    ev = story([cancelled_by_a_person()], cancel_writes())
+    assert check_people(ev).violations == []
+    ev.runs[WF][1] = flow_run(RUN_C, "crafty-otter", REFUSED, made=15)
+    [made] = check_people(ev).violations
+    assert "run crafty-otter of it was made after the cancel, before the resume" in made.detail
 
 
 def test_a_cancelled_run_that_completed_and_an_unarchived_chat_are_caught() -> None:
