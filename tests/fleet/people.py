@@ -12,9 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 from uuid import UUID
 
 import httpx
@@ -36,7 +37,11 @@ from .plan import FleetWorkflow, Person
 from .runs import ended, parameters
 from .truth import read_truth
 
+T = TypeVar("T")
+
 POLL = 0.5
+#: How long a person tries Prefect's API again while its server is away.
+API_PATIENCE = 90.0
 #: How long a person waits for the run they cancel to be shown running (a relaunch
 #: starting, say) before they give up on cancelling it.
 RUNNING_WAIT = 60.0
@@ -96,9 +101,13 @@ async def cancel_then_resume(fleet: Fleet, observer: Observer, record: PersonRec
     if run is None:
         record.outcome = f"not tried (no run of it was shown running for {RUNNING_WAIT:.0f}s)"
         return
-    async with get_client() as client:
-        # As the UI's Cancel button: the run is set Cancelling, not forced.
-        answer: OrchestrationResult[Any] = await client.set_flow_run_state(run.id, Cancelling())
+
+    async def cancel() -> OrchestrationResult[Any]:
+        async with get_client() as client:
+            # As the UI's Cancel button: the run is set Cancelling, not forced.
+            return await client.set_flow_run_state(run.id, Cancelling())
+
+    answer = await _patiently(cancel)
     if answer.state is None or answer.state.type != StateType.CANCELLING:
         record.outcome = f"not tried (Prefect refused the cancel: {answer.status.value})"
         return
@@ -177,7 +186,7 @@ async def _resume(store: DurableStore, tenant: str, record: PersonRecord, cancel
             record.failure = f"the resume was refused: {exc}"
             record.outcome = f"run {cancelled} cancelled; {record.failure}"
             return
-        except httpx.TransportError:
+        except httpx.ConnectError:  # the server is away: nothing was launched
             await asyncio.sleep(3.0)
             continue
         record.resumed_run = str(resumed.id)
@@ -191,11 +200,15 @@ async def change_prompt(fleet: Fleet, workflow: FleetWorkflow, record: PersonRec
     """Run the workflow again from its deployment's form, its first prompt reworded."""
     person = record.person
     params = {**parameters(workflow, fleet.timings), "prompts": workflow.changed_prompts}
-    async with get_client() as client:
-        deployment = await client.read_deployment_by_name(DURABLE_CHAT)
-        run = await client.create_flow_run_from_deployment(
-            deployment.id, parameters=params, work_queue_name=person.queue
-        )
+
+    async def launch() -> FlowRun:
+        async with get_client() as client:
+            deployment = await client.read_deployment_by_name(DURABLE_CHAT)
+            return await client.create_flow_run_from_deployment(
+                deployment.id, parameters=params, work_queue_name=person.queue
+            )
+
+    run = await _patiently(launch)
     record.done, record.run_id = True, str(run.id)
     record.acted_at = datetime.now(UTC)
     final = await _until_ended(run.id, REFUSAL_LIMIT)
@@ -206,6 +219,19 @@ async def change_prompt(fleet: Fleet, workflow: FleetWorkflow, record: PersonRec
     state = final.state
     said = f"{state.type.value}/{state.name}: {(state.message or '')[:120]}" if state else "-"
     record.outcome = f"run {run.name} ended {said}"
+
+
+async def _patiently(call: Callable[[], Awaitable[T]]) -> T:
+    """``call``, again while Prefect's server is down (a fault restarting it): only a
+    connection refused is tried again, so nothing the server took is asked twice."""
+    give_up = time.monotonic() + API_PATIENCE
+    while True:
+        try:
+            return await call()
+        except httpx.ConnectError:
+            if time.monotonic() > give_up:
+                raise
+            await asyncio.sleep(1.0)
 
 
 async def _until_ended(run_id: UUID, limit: float) -> FlowRun | None:
