@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # A restarted store's pools refill with warnings and tracebacks: expected here.
     logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="pcfleet-campaign-"))
+    workdir = args.workdir or default_workdir()
     options = CampaignOptions(
         seed=args.seed,
         count=args.count,
@@ -77,6 +77,14 @@ def run(args: argparse.Namespace) -> int:
         return 130
     note(f"fleet: timelines under {workdir}")
     return 0 if report.violations == 0 and report.errors == 0 else 1
+
+
+def default_workdir() -> Path:
+    """A new folder for fleets and timelines, that the fleets' PostgreSQL servers (run as
+    ``postgres``) may pass through: ``mkdtemp`` makes it for its owner alone."""
+    workdir = Path(tempfile.mkdtemp(prefix="pcfleet-campaign-"))
+    workdir.chmod(0o755)
+    return workdir
 
 
 def stop_on_signals(task: asyncio.Task[object] | None) -> None:

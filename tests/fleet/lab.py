@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import stat
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
@@ -59,7 +60,21 @@ async def open_fleet(
 def _claim(root: Path) -> slots.Slot:
     root.mkdir(parents=True, exist_ok=True)
     root.chmod(0o755)  # the PostgreSQL servers run as "postgres", below this folder
+    if (closed := closed_to_others(root)) is not None:
+        raise RuntimeError(
+            f"the fleet's folder {root} is below {closed}, which other users may not enter "
+            f"(mode {closed.stat().st_mode & 0o777:o}): its PostgreSQL servers run as "
+            "'postgres' and must reach their data there; give a --workdir under /tmp"
+        )
     return slots.claim(root)
+
+
+def closed_to_others(folder: Path) -> Path | None:
+    """The first folder above ``folder`` that other users may not pass through, if any."""
+    for parent in reversed(folder.resolve().parents):
+        if parent.exists() and not parent.stat().st_mode & stat.S_IXOTH:
+            return parent
+    return None
 
 
 async def _fleet(
