@@ -17,22 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from coder_chat.simulator import Simulator, SimulatorConfig, serve_simulator
+from coder_chat.simulator import Simulator, serve_simulator
+from tests.sim_timings import fast_config
 
 atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True)
-
-
-def fast_config(**overrides: object) -> SimulatorConfig:
-    """Timings shrunk so every window of the real server takes milliseconds."""
-    config = SimulatorConfig(
-        tool_result_deadline=5.0,
-        interrupt_winddown=0.05,
-        delta_interval=0.0,
-        step_delay=0.0,
-    )
-    for key, value in overrides.items():
-        setattr(config, key, value)
-    return config
 
 
 @pytest.fixture

@@ -21,8 +21,8 @@ from pathlib import Path
 from coder_chat.errors import CoderError
 from coder_chat.simulator import serve_simulator
 from prefect_coder.payments import serve_payments
-from tests.conftest import fast_config
 from tests.crash.lab import CrashLab
+from tests.sim_timings import fast_config
 
 from .admin import Admin
 from .approvals import Approver

@@ -17,7 +17,7 @@ from coder_chat.durable.records import WorkflowState
 
 from .invariants import Expect, attempts_of, check_invariants
 from .lab import CHARGE_CARD, CrashLab
-from .test_crash_points import only_chat, stored
+from .story import only_chat, stored
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -16,7 +16,7 @@ from prefect_coder.tasks._runtime import Runtime, resolve_tools
 
 from .invariants import Expect, check_invariants
 from .lab import CHARGE_CARD, CrashLab
-from .test_crash_points import only_chat, stored, tool_prompts
+from .story import only_chat, stored, tool_prompts
 
 pytestmark = pytest.mark.timeout(240)
 

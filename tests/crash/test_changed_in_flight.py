@@ -15,7 +15,7 @@ from coder_chat.durable.markers import step_marker
 
 from .invariants import Expect, attempts_of, check_invariants
 from .lab import CrashLab
-from .test_crash_points import PROMPTS, SHORT_STALL, only_chat
+from .story import PROMPTS, SHORT_STALL, only_chat
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -16,60 +16,21 @@ from typing import Any
 
 import pytest
 
-from coder_chat.durable.markers import LABEL_WORKFLOW, step_marker
-from coder_chat.durable.records import ChatRecord, LedgerEntry, WorkflowRecord
-from coder_chat.durable.sqlite import SqliteStore
+from coder_chat.durable.markers import step_marker
+from coder_chat.durable.records import LedgerEntry
 from coder_chat.simulator.state import Chat
 
 from .invariants import Expect, attempts_of, check_invariants
 from .lab import CHARGE_CARD, Child, CrashLab
+from .story import PROMPTS, SHORT_STALL, STALL, labelled, only_chat, stored, tool_prompts
 
 pytestmark = pytest.mark.timeout(240)
-
-PROMPTS = ["plan the refund", "confirm the refund"]
-CHARGE = '/tool charge_card {"amount_cents": 1299}'
-#: Long enough that a run is certainly still going when the rerun recovers it.
-STALL = 120.0
-#: Long enough to kill the process mid-run; short enough to wait for.
-SHORT_STALL = 3.0
-
-
-def tool_prompts(step: int) -> list[str]:
-    """Two steps, the ``step``-th one charging the card through the durable tool."""
-    prompts = list(PROMPTS)
-    prompts[step - 1] = f"charge the card {CHARGE}"
-    return prompts
-
-
-def labelled(lab: CrashLab, wf: str) -> list[Chat]:
-    return [c for c in lab.sim.chats() if c.labels.get(LABEL_WORKFLOW) == wf]
-
-
-def only_chat(lab: CrashLab, wf: str) -> Chat:
-    chats = labelled(lab, wf)
-    assert len(chats) == 1, chats
-    return chats[0]
 
 
 def accepted_interrupts(lab: CrashLab, chat: Chat) -> int:
     return sum(
         1 for i in lab.sim.records.interrupts if i.chat_id == chat.id and i.http_status == 200
     )
-
-
-async def stored(
-    lab: CrashLab, wf: str
-) -> tuple[WorkflowRecord | None, ChatRecord | None, list[LedgerEntry]]:
-    """What the store holds for the workflow right now (read as a separate process would)."""
-    store = SqliteStore(lab.db)
-    try:
-        workflow = await store.get_workflow(lab.tenant, wf)
-        chats = [c for c in lab.sim.chats() if c.labels.get(LABEL_WORKFLOW) == wf]
-        record = await store.get_chat(lab.tenant, str(chats[0].id)) if chats else None
-        tools = await store.list_tools(lab.tenant, str(chats[0].id)) if chats else []
-    finally:
-        await store.close()
-    return workflow, record, tools
 
 
 async def rerun_stalled(lab: CrashLab, chat: Chat, **params: Any) -> list[dict[str, Any]]:

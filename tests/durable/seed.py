@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 from coder_chat.durable.records import Fence, JournalEntry, StepRecord, WorkflowState
 from coder_chat.durable.store import DurableStore
 
-from .conftest import Backend
+from .backends import Backend
 
 
 def chat_of(workflow_id: str) -> str:

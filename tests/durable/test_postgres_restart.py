@@ -24,7 +24,7 @@ from coder_chat.durable.store import DurableStore
 from coder_chat.errors import CoderStoreError
 
 from ..pgcluster import PgCluster, PgClusterUnavailable
-from .conftest import REQUIRE_ENV, step_record
+from .backends import REQUIRE_ENV, step_record
 
 T = "org-1"
 PASSWORD = "s3cret-pw"  # the private server trusts every local login and ignores it

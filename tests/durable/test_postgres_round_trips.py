@@ -26,7 +26,7 @@ from coder_chat.durable.records import Fence, LedgerEntry, WorkflowState
 from coder_chat.durable.store import DurableStore, FencedOut
 
 from ..pgproxy import RoundTripProxy
-from .conftest import Backend, step_record
+from .backends import Backend, step_record
 from .test_store_conformance import FENCED_WRITES, journal, snapshot
 
 T = "org-1"

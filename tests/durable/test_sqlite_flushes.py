@@ -25,7 +25,7 @@ from coder_chat.durable.records import Fence, JournalEntry, StepRecord, Workflow
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.store import FencedOut
 
-from .conftest import ROOT
+from .backends import ROOT
 
 COUNT = 12
 _MARK = re.compile(r'access\("/@@phase-([a-z_]+)"')

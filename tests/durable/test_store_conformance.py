@@ -39,7 +39,7 @@ from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.store import SCHEMA_VERSION, DurableStore, FencedOut
 from coder_chat.errors import CoderConfigError, CoderStoreError
 
-from .conftest import Backend, step_record
+from .backends import Backend, step_record
 
 T = "org-1"
 

@@ -28,7 +28,7 @@ from coder_chat.durable.records import (
 )
 from coder_chat.durable.store import SCHEMA_VERSION
 
-from .conftest import Backend, step_record
+from .backends import Backend, step_record
 
 T = "org-1"
 SQLITE_APPLICATION_ID = 0x50434F44

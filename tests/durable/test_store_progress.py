@@ -17,7 +17,7 @@ from coder_chat.durable.sqlite import run_now
 from coder_chat.durable.store import DurableStore, FencedOut
 from coder_chat.errors import CoderConfigError, CoderStoreError
 
-from .conftest import Backend, step_record
+from .backends import Backend, step_record
 
 T = "org-1"
 JOURNAL = JournalEntry(state="submitting", marker="step-1", attempt=1)

@@ -17,7 +17,7 @@ from coder_chat.durable.store import DurableStore, FencedOut
 from coder_chat.durable.sweep import SWEEP_WORKFLOW, sweep_workflow_id
 from coder_chat.errors import CoderConfigError
 
-from .conftest import Backend
+from .backends import Backend
 from .seed import age_workflow, chat_of, seed_workflow
 
 T = "org-1"

@@ -16,7 +16,7 @@ from coder_chat.durable.records import JournalEntry, StepView
 from coder_chat.durable.store import DurableStore
 from coder_chat.errors import CoderStoreError
 
-from .conftest import Backend, step_record
+from .backends import Backend, step_record
 
 T = "org-1"
 

@@ -14,8 +14,7 @@ from websockets.exceptions import InvalidStatus
 
 from coder_chat.simulator import Simulator
 
-from .test_stream_timelines import committed, of_type, settled_chat, since
-from .test_watch import watching
+from .streams import committed, of_type, settled_chat, since, watching
 from .wire import EXP, V2, Wire, kinds
 
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from coder_chat.simulator import Simulator, serve_simulator
-from tests.conftest import fast_config
+from tests.sim_timings import fast_config
 
 from .wire import EXP, V2, Wire
 

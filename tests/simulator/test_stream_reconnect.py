@@ -11,19 +11,16 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from coder_chat.simulator import Simulator
 
-from .test_stream_timelines import (
+from .streams import (
     ASK,
     committed,
     delta_text,
     of_type,
     settled_chat,
     since,
-    slow_sim,
     text_of,
 )
 from .wire import Event, Reader, Wire, collapse_parts, kinds
-
-__all__ = ["slow_sim"]  # the fixture is shared with the timeline tests
 
 NOT_FOUND = "Resource not found or you do not have access to this resource"
 

@@ -9,21 +9,13 @@ the create-time timeline uses ``/sleep`` to leave room for the connect.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
-from coder_chat.simulator import Simulator, serve_simulator
+from coder_chat.simulator import Simulator
 
-from ..conftest import fast_config
-from .wire import Event, Reader, Wire, collapse_parts, kinds
-
-ASK = {
-    "name": "ask_user",
-    "description": "Ask the human a question.",
-    "input_schema": {"type": "object", "properties": {"question": {"type": "string"}}},
-}
+from .streams import ASK, committed, delta_text, of_type, settled_chat, since, text_of
+from .wire import Wire, collapse_parts, kinds
 
 #: The one payload field each event type carries besides ``type`` and ``chat_id`` (5.2).
 PAYLOAD: dict[str, set[str]] = {
@@ -37,47 +29,6 @@ PAYLOAD: dict[str, set[str]] = {
     "preview_reset": set(),
     "history_reset": set(),
 }
-
-
-# -- helpers shared by the stream test modules ------------------------------------------------
-async def settled_chat(
-    sim: Simulator, wire: Wire, text: str = "warm up", **extra: Any
-) -> tuple[str, int]:
-    """Create a chat, let its first turn finish; return its id and newest message id."""
-    chat = await wire.create(text, **extra)
-    await sim.wait_for_status(chat["id"], "waiting")
-    return str(chat["id"]), sim.messages(chat["id"])[-1].id
-
-
-def of_type(events: list[Event], kind: str) -> list[Event]:
-    return [e for e in events if e["type"] == kind]
-
-
-def committed(events: list[Event], role: str) -> list[dict[str, Any]]:
-    """The ``message`` payloads of one role, in stream order."""
-    return [e["message"] for e in of_type(events, "message") if e["message"]["role"] == role]
-
-
-def delta_text(events: list[Event]) -> str:
-    return "".join(
-        e["message_part"]["part"].get("text", "") for e in of_type(events, "message_part")
-    )
-
-
-def text_of(message: dict[str, Any]) -> str:
-    return "".join(p["text"] for p in message["content"] if p["type"] == "text")
-
-
-def since(reader: Reader, mark: int) -> list[str]:
-    """The collapsed kind trace of the events read after ``mark``."""
-    return collapse_parts(kinds(reader.events[mark:]))
-
-
-@pytest.fixture
-async def slow_sim() -> AsyncIterator[Simulator]:
-    """A simulator whose deltas trickle (10 ms apart), for mid-stream moments."""
-    async with serve_simulator(fast_config(delta_interval=0.01)) as simulator:
-        yield simulator
 
 
 # -- 5.7.1 plain turn --------------------------------------------------------------------------

@@ -2,54 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 import websockets
-from websockets.asyncio.client import ClientConnection
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from coder_chat.simulator import Simulator
 
-from .test_stream_timelines import ASK, settled_chat
+from .streams import ASK, WatchEvent, settled_chat, watching
 from .wire import EXP, Wire
-
-WatchEvent = dict[str, Any]
-
-
-class Watch:
-    """A ``/watch`` socket that keeps every event it read."""
-
-    def __init__(self, ws: ClientConnection) -> None:
-        self.ws = ws
-        self.events: list[WatchEvent] = []
-
-    async def next(self, timeout: float = 5.0) -> WatchEvent:
-        raw = await asyncio.wait_for(self.ws.recv(), timeout)
-        event = json.loads(raw)
-        assert isinstance(event, dict), f"watch frames are single objects, got {event!r}"
-        self.events.append(event)
-        return event
-
-    async def until(self, predicate: Callable[[WatchEvent], bool]) -> WatchEvent:
-        while True:
-            event = await self.next()
-            if predicate(event):
-                return event
-
-    def trace(self, chat_id: str) -> list[tuple[str, str]]:
-        return [(e["kind"], e["chat"]["status"]) for e in self.events if e["chat"]["id"] == chat_id]
-
-
-@asynccontextmanager
-async def watching(wire: Wire) -> AsyncIterator[Watch]:
-    url = wire.ws_url(f"{wire.prefix}/watch")
-    async with websockets.connect(url, additional_headers=wire.headers) as ws:
-        yield Watch(ws)
 
 
 def status_is(chat_id: str, kind: str, status: str) -> Callable[[WatchEvent], bool]:

@@ -29,7 +29,7 @@ from coder_chat.durable.tools import durable_tool
 from coder_chat.errors import CoderToolError
 from coder_chat.protocol.models import ChatMessage
 from coder_chat.simulator import Simulator, SimulatorConfig, serve_simulator
-from tests.conftest import fast_config
+from tests.sim_timings import fast_config
 from tests.simulator.wire import Wire
 
 CHARGES: list[tuple[int, str]] = []

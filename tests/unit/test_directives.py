@@ -17,7 +17,7 @@ import pytest
 
 from coder_chat.simulator import DirectiveError, Script, Simulator, parse, serve_simulator
 from coder_chat.simulator.directives import ToolCall
-from tests.conftest import fast_config
+from tests.sim_timings import fast_config
 from tests.simulator.wire import Reader, Wire, declare, kinds
 
 # ---------------------------------------------------------------------------

@@ -4,13 +4,12 @@ command line run as a person runs it, its output captured."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 
 import pytest
 
 from prefect_coder.cli import main
+from tests.durable.backends import Backend
 from tests.durable.conftest import (  # noqa: F401 - fixtures, found here by pytest
-    Backend,
     backend,
     backend_spec,
     pg,
@@ -18,8 +17,7 @@ from tests.durable.conftest import (  # noqa: F401 - fixtures, found here by pyt
     postgres_dsn,
 )
 
-#: ``prefect-coder ARGS…`` → (exit code, stdout, stderr).
-Cli = Callable[..., Awaitable[tuple[int, str, str]]]
+from .support import Cli
 
 
 @pytest.fixture

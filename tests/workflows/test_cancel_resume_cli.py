@@ -22,9 +22,9 @@ from pydantic import SecretStr
 from coder_chat.durable.records import WorkflowState
 from coder_chat.simulator import Simulator
 from prefect_coder import DurableChat, PostgresLedger, SqliteLedger
-from tests.durable.conftest import Backend
+from tests.durable.backends import Backend
 
-from .conftest import Cli
+from .support import Cli
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.timeout(120)]
 

@@ -16,7 +16,7 @@ from coder_chat.durable.records import WorkflowState
 from prefect_coder.blocks import PostgresLedger
 from prefect_coder.flows.prune_workflows import prune_workflows
 from prefect_coder.tasks.prune import ARTIFACT_KEY
-from tests.durable.conftest import Backend
+from tests.durable.backends import Backend
 from tests.durable.seed import age_workflow, seed_workflow
 
 pytestmark = pytest.mark.usefixtures("prefect_api")

@@ -13,10 +13,10 @@ from pydantic import SecretStr
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sweep import sweep_workflow_id
 from prefect_coder.blocks import PostgresLedger, SqliteLedger
-from tests.durable.conftest import Backend
+from tests.durable.backends import Backend
 from tests.durable.seed import age_workflow, chat_of, seed_workflow
 
-from .conftest import Cli
+from .support import Cli
 
 T = "org-1"
 
