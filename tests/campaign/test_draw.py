@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from .ci_slice import INDEXES as CI_INDEXES
+from .ci_slice import SEED as CI_SEED
 from .draw import FAILURE_BUDGET, derive, failures
 from .plan import PERSON_KINDS, VARIANTS, Variant
-from .test_campaign import INDEXES as CI_INDEXES
-from .test_campaign import SEED as CI_SEED
 
 
 def test_a_schedule_is_a_function_of_seed_and_index() -> None:

@@ -8,6 +8,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ import asyncpg
 import pytest
 
 from coder_chat.durable.postgres import PostgresStore
-from coder_chat.durable.records import Fence, StepRecord
+from coder_chat.durable.records import Fence, JournalEntry, StepRecord, WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.store import DurableStore
 
@@ -143,3 +144,37 @@ def make_backend(kind: Kind, request: pytest.FixtureRequest, tmp_path: Path) -> 
         dsn = request.getfixturevalue("postgres_dsn")
         return Backend("postgres", f"prefect_coder_test_{uuid4().hex}", dsn)
     return Backend("sqlite", str(tmp_path / "store.db"))
+
+
+T = "org-1"
+
+
+def journal(state: str = "submitting", attempt: int = 1, **extra: Any) -> JournalEntry:
+    return JournalEntry.model_validate(
+        {"state": state, "marker": f"step-{attempt}", "attempt": attempt, **extra}
+    )
+
+
+FencedWrite = Callable[[DurableStore, Fence], Awaitable[object]]
+
+
+FENCED_WRITES: dict[str, FencedWrite] = {
+    "save_checkpoint": lambda s, f: s.save_checkpoint(f, "chat-late", 99),
+    "clear_checkpoint": lambda s, f: s.clear_checkpoint(f),
+    "heartbeat": lambda s, f: s.heartbeat(f),
+    "finish": lambda s, f: s.finish(f, WorkflowState.FINISHED),
+    "write_journal": lambda s, f: s.write_journal(f, "chat-1", journal("resumed", 9)),
+    "mark_discarded": lambda s, f: s.mark_discarded(f, "chat-1"),
+    "claim_tool": lambda s, f: s.claim_tool(f, "chat-1", "call-late", tool_name="t"),
+    "complete_tool": lambda s, f: s.complete_tool(f, "chat-1", "call-1", output="late"),
+    "complete_step": lambda s, f: s.complete_step(f, step_record(f, 1, chat_id="chat-late")),
+}
+
+
+async def snapshot(store: DurableStore, tenant: str = T) -> list[object]:
+    return [
+        await store.list_workflows(tenant),
+        await store.list_chats(tenant),
+        await store.list_tools(tenant, "chat-1"),
+        await store.list_steps(tenant, "wf"),
+    ]

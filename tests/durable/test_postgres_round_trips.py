@@ -26,8 +26,7 @@ from coder_chat.durable.records import Fence, LedgerEntry, WorkflowState
 from coder_chat.durable.store import DurableStore, FencedOut
 
 from ..pgproxy import RoundTripProxy
-from .backends import Backend, step_record
-from .test_store_conformance import FENCED_WRITES, journal, snapshot
+from .backends import FENCED_WRITES, Backend, journal, snapshot, step_record
 
 T = "org-1"
 WARMUP = 3

@@ -29,7 +29,6 @@ import pytest
 from coder_chat.durable.postgres import PostgresStore
 from coder_chat.durable.records import (
     Fence,
-    JournalEntry,
     WorkflowRecord,
     WorkflowState,
     args_digest,
@@ -39,16 +38,7 @@ from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.store import SCHEMA_VERSION, DurableStore, FencedOut
 from coder_chat.errors import CoderConfigError, CoderStoreError
 
-from .backends import Backend, step_record
-
-T = "org-1"
-
-
-def journal(state: str = "submitting", attempt: int = 1, **extra: Any) -> JournalEntry:
-    return JournalEntry.model_validate(
-        {"state": state, "marker": f"step-{attempt}", "attempt": attempt, **extra}
-    )
-
+from .backends import FENCED_WRITES, Backend, T, journal, snapshot, step_record
 
 # -- round trips ------------------------------------------------------------------------------
 
@@ -227,28 +217,6 @@ async def test_list_tools_keeps_claim_order(store: DurableStore) -> None:
 
 
 # -- fencing ---------------------------------------------------------------------------------
-
-FencedWrite = Callable[[DurableStore, Fence], Awaitable[object]]
-FENCED_WRITES: dict[str, FencedWrite] = {
-    "save_checkpoint": lambda s, f: s.save_checkpoint(f, "chat-late", 99),
-    "clear_checkpoint": lambda s, f: s.clear_checkpoint(f),
-    "heartbeat": lambda s, f: s.heartbeat(f),
-    "finish": lambda s, f: s.finish(f, WorkflowState.FINISHED),
-    "write_journal": lambda s, f: s.write_journal(f, "chat-1", journal("resumed", 9)),
-    "mark_discarded": lambda s, f: s.mark_discarded(f, "chat-1"),
-    "claim_tool": lambda s, f: s.claim_tool(f, "chat-1", "call-late", tool_name="t"),
-    "complete_tool": lambda s, f: s.complete_tool(f, "chat-1", "call-1", output="late"),
-    "complete_step": lambda s, f: s.complete_step(f, step_record(f, 1, chat_id="chat-late")),
-}
-
-
-async def snapshot(store: DurableStore, tenant: str = T) -> list[object]:
-    return [
-        await store.list_workflows(tenant),
-        await store.list_chats(tenant),
-        await store.list_tools(tenant, "chat-1"),
-        await store.list_steps(tenant, "wf"),
-    ]
 
 
 @pytest.mark.parametrize("write", sorted(FENCED_WRITES))

@@ -7,7 +7,6 @@ payments service counting refunds per idempotency key.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -26,10 +25,11 @@ from prefect_coder import DurableChat, Superseded, WorkflowSettings
 from prefect_coder.examples.refund import refund_order
 from prefect_coder.payments import Ledger, serve_payments
 
+from .support import script_refund, superseded_by_its_successor, user_prompts
+
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.timeout(120)]
 
 PLAN = "Plan the refund"
-REFUND = "with issue_refund"
 
 
 @pytest.fixture
@@ -37,23 +37,6 @@ async def payments(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Ledger]:
     async with serve_payments() as (url, ledger):
         monkeypatch.setenv("PAYMENTS_URL", url)
         yield ledger
-
-
-def script_refund(sim: Simulator, order_id: str, amount_cents: int) -> None:
-    """The scripted model plans ``amount_cents`` and refunds it with the tool."""
-    plan = {"amount_cents": amount_cents, "reason": "broken on arrival"}
-    sim.script(f"Order {order_id}: ", f"/json {json.dumps(plan)}")
-    refund = {"order_id": order_id, "amount_cents": amount_cents}
-    sim.script(f"for order {order_id} {REFUND}", f"/tool issue_refund {json.dumps(refund)}")
-
-
-def user_prompts(sim: Simulator, marker: str) -> int:
-    return sum(
-        1
-        for chat in sim.chats()
-        for m in sim.messages(chat.id)
-        if m.role == "user" and marker in json.dumps(m.content)
-    )
 
 
 async def store_snapshot(db: Path, tenant: str, workflow_id: str) -> tuple[Any, ...]:
@@ -185,20 +168,6 @@ async def test_a_retried_flow_and_a_refused_prompt_leave_the_workflow_unfinished
     workflow, _ = await store_snapshot(coder_env, tenant, "wf-changed")
     assert workflow.state == WorkflowState.FINISHED
     assert user_prompts(sim, "[wf-changed/step-1]") == 1
-
-
-async def superseded_by_its_successor(workflow_id: str) -> FlowRun:
-    """Epoch 1's run of ``workflow_id`` ended Cancelled/Superseded naming epoch 2's run,
-    which is returned."""
-    async with get_client() as client:
-        runs = await client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(name=FlowRunFilterName(like_=workflow_id))
-        )
-    by_epoch = {r.name: r for r in runs}
-    old, new = by_epoch[f"{workflow_id} · epoch 1"], by_epoch[f"{workflow_id} · epoch 2"]
-    assert old.state is not None and old.state.type == StateType.CANCELLED
-    assert old.state.name == "Superseded" and new.name in (old.state.message or "")
-    return new
 
 
 async def test_a_superseded_run_ends_superseded_and_sends_nothing_more(

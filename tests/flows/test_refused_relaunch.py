@@ -27,7 +27,7 @@ from prefect_coder.flows.orphan_sweep import orphan_sweep
 from prefect_coder.tasks._runtime import runtime
 from prefect_coder.tasks.runs import REFUSED
 
-from .test_what_a_person_sees import run_logs
+from .support import run_logs
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.timeout(180)]
 

@@ -17,7 +17,7 @@ from coder_chat.durable.records import WorkflowState
 from coder_chat.simulator import Simulator
 from prefect_coder.flows.orphan_sweep import orphan_sweep
 
-from .test_cancel_and_resume import (
+from .reviews import (
     AFTER_FIRST,
     FIRST,
     SECOND,

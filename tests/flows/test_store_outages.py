@@ -32,7 +32,7 @@ from tests.pgcluster import PgCluster
 from tests.pgproxy import RoundTripProxy
 
 from .example_tools import CHARGES
-from .test_own_flows import superseded_by_its_successor
+from .support import superseded_by_its_successor
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.timeout(180)]
 

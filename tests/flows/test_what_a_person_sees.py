@@ -8,18 +8,14 @@ import logging
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from uuid import UUID
 
 import pytest
-from prefect.client.orchestration import PrefectClient, get_client
+from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
     ArtifactFilterFlowRunId,
-    LogFilter,
-    LogFilterFlowRunId,
 )
-from prefect.client.schemas.objects import Log, StateType
-from prefect.logging.handlers import APILogHandler
+from prefect.client.schemas.objects import StateType
 from prefect.states import Running
 
 from coder_chat.durable.sqlite import SqliteStore
@@ -32,6 +28,7 @@ from prefect_coder.tasks.runs import run_name
 from prefect_coder.tasks.settings import WorkflowSettings
 
 from .example_tools import CHARGES
+from .support import run_logs
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -60,21 +57,6 @@ def debug_lines() -> Iterator[None]:
     logger.setLevel(logging.DEBUG)
     yield
     logger.setLevel(before)
-
-
-async def run_logs(client: PrefectClient, flow_run_id: UUID) -> list[Log]:
-    """Every line of the run and its task runs, in order (the API gives 200 at a time)."""
-    await APILogHandler.aflush()
-    logs: list[Log] = []
-    while True:
-        page = await client.read_logs(
-            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[flow_run_id])),
-            limit=200,
-            offset=len(logs),
-        )
-        logs += page
-        if len(page) < 200:
-            return logs
 
 
 @pytest.mark.usefixtures("debug_lines")

@@ -24,7 +24,7 @@ from prefect.client.schemas.objects import StateType
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from tests.integration.procs import Processes, free_port, managed_processes
-from tests.integration.test_readme_setup import (
+from tests.integration.readme_blocks import (
     README,
     Block,
     Terminals,

@@ -24,7 +24,7 @@ from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
 from prefect_coder.payments import Ledger, serve_payments
-from tests.flows.test_own_flows import script_refund, user_prompts
+from tests.flows.support import script_refund, user_prompts
 from tests.integration.procs import Processes, clean_env, managed_processes, until, wait_for_line
 
 ROOT = Path(__file__).resolve().parents[2]

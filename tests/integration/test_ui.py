@@ -25,14 +25,11 @@ from __future__ import annotations
 
 import re
 import shlex
-import sys
-import time
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Locator, Page, Route, expect
+from playwright.async_api import Locator, Page, expect
 from prefect.client.orchestration import PrefectClient, get_client
 from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
@@ -55,14 +52,10 @@ from tests.integration.procs import (
 )
 from tests.pgcluster import PgCluster
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-POOL = "coder-agents"
+from .ui_support import BIN, POOL, ROOT, STARTUP_TIMEOUT, UI_TIMEOUT_MS, Clock, loopback_only
+
 BLOCK = "ui-simulator"
 PROMPTS = ["Say hello", "Say goodbye"]
-#: Bounds for cold processes on a loaded machine; nothing here is timed.
-STARTUP_TIMEOUT = 120.0
-UI_TIMEOUT_MS = 60_000
 
 pytestmark = [
     pytest.mark.timeout(480),
@@ -81,16 +74,6 @@ async def test_launch_durable_chat_from_the_ui_and_read_the_run(tmp_path: Path) 
     with PgCluster() as pg:
         async with managed_processes(tmp_path) as procs:
             await scenario(procs, tmp_path, browser_path, pg.dsn)
-
-
-@dataclass
-class Clock:
-    """Seconds since the start at each phase, printed with a failure (nothing is timed)."""
-
-    start: float = field(default_factory=time.monotonic)
-
-    def mark(self, what: str) -> None:
-        print(f"{time.monotonic() - self.start:7.1f}s  {what}")
 
 
 async def scenario(procs: Processes, tmp: Path, browser_path: Path, database: str) -> None:
@@ -197,14 +180,6 @@ async def scenario(procs: Processes, tmp: Path, browser_path: Path, database: st
                 except BaseException:
                     await screenshot(page, "ui-failure")
                     raise
-
-
-async def loopback_only(route: Route) -> None:
-    """Let the UI reach its own server; abort anything else (a logo on the internet)."""
-    if route.request.url.startswith(("http://127.0.0.1:", "data:", "blob:")):
-        await route.continue_()
-    else:
-        await route.abort()
 
 
 def form_property(page: Page, label: str) -> Locator:

@@ -65,7 +65,7 @@ from tests.integration.procs import (
     until,
     wait_for_line,
 )
-from tests.integration.test_ui import (
+from tests.integration.ui_support import (
     BIN,
     POOL,
     ROOT,

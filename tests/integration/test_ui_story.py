@@ -50,7 +50,7 @@ from tests.integration.procs import (
     until,
     wait_for_line,
 )
-from tests.integration.test_ui import BIN, ROOT, STARTUP_TIMEOUT, UI_TIMEOUT_MS, loopback_only
+from tests.integration.ui_support import BIN, ROOT, STARTUP_TIMEOUT, UI_TIMEOUT_MS, loopback_only
 from tests.pgcluster import PgCluster
 
 SERVE = "from prefect_coder.examples.refund import refund_order; refund_order.serve(name='refunds')"

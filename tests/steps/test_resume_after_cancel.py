@@ -25,7 +25,7 @@ from coder_chat.durable.sweep import end_cancelled
 from coder_chat.simulator import Simulator
 from tests.simulator.wire import Wire
 
-from .test_run_step import CHARGES, FAST, charge_card
+from .support import CHARGES, FAST, charge_card
 
 
 @pytest.fixture

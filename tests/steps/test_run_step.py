@@ -32,14 +32,7 @@ from coder_chat.simulator import Simulator, SimulatorConfig, serve_simulator
 from tests.sim_timings import fast_config
 from tests.simulator.wire import Wire
 
-CHARGES: list[tuple[int, str]] = []
-
-
-@durable_tool
-async def charge_card(amount_cents: int, idempotency_key: str) -> str:
-    """Charge the customer's card."""
-    CHARGES.append((amount_cents, idempotency_key))
-    return f"receipt-{len(CHARGES)}"
+from .support import CHARGES, FAST, charge_card
 
 
 @pytest.fixture
@@ -47,9 +40,6 @@ async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
     s = SqliteStore(tmp_path / "ledger.db")
     yield s
     await s.close()
-
-
-FAST = DurableOptions(request_timeout=10, step_deadline=30, poll_interval=0.02, redial_initial=0.01)
 
 
 async def crashed_attempt(

@@ -1,0 +1,68 @@
+"""The review flow of the cancel and resume tests: two turns, and code a test changes between runs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from prefect import flow
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import FlowRun
+from prefect.flow_engine import run_flow
+
+from coder_chat.durable.records import WorkflowRecord
+from coder_chat.simulator import Simulator
+from prefect_coder import DurableChat
+from prefect_coder.tasks._runtime import runtime
+
+FIRST = "Read the pull request"
+
+
+SECOND = "Write the review"
+
+
+#: What the flow's code does after its first turn; a test "fixes the code" by changing it.
+AFTER_FIRST = {"do": "go on"}
+
+
+class Crash(BaseException):
+    """Stands for a killed process: the workflow's end never runs."""
+
+
+@flow
+async def review(workflow_id: str) -> list[str]:
+    async with DurableChat(workflow_id) as chat:
+        await chat.turn(FIRST)
+        if AFTER_FIRST["do"] == "crash":
+            raise Crash
+        if AFTER_FIRST["do"] == "fail":
+            raise RuntimeError("the review's own code is broken")
+        await chat.turn(SECOND)
+    return [r.verdict for r in chat.results]
+
+
+async def run_from_deployment(deployment_id: Any, workflow_id: str) -> FlowRun:
+    async with get_client() as client:
+        return await client.create_flow_run_from_deployment(
+            deployment_id, parameters={"workflow_id": workflow_id}
+        )
+
+
+async def execute(run: FlowRun) -> Any:
+    """Run a flow run of the deployment here, as a worker would."""
+    return await run_flow(review, flow_run=run, parameters=run.parameters)  # type: ignore[arg-type,misc]
+
+
+async def stored(sim: Simulator, workflow_id: str) -> WorkflowRecord:
+    workflow = await runtime(None, None).store.get_workflow(str(sim.organization_id), workflow_id)
+    assert workflow is not None
+    return workflow
+
+
+def sent(sim: Simulator, text: str) -> int:
+    return sum(
+        1
+        for chat in sim.chats()
+        for m in sim.messages(chat.id)
+        if m.role == "user" and text in json.dumps(m.content)
+    )
