@@ -9,7 +9,7 @@ import pytest
 
 from prefect_coder.cli import main
 from tests.durable.backends import Backend
-from tests.durable.conftest import (  # noqa: F401 - fixtures, found here by pytest
+from tests.durable.store_fixtures import (  # noqa: F401 - fixtures, found here by pytest
     backend,
     backend_spec,
     pg,
