@@ -72,7 +72,12 @@ def add_parser(commands: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     subcommands = parser.add_subparsers(dest="workflows_command", required=True, metavar="COMMAND")
+    _add_reading(subcommands)
+    _add_prune(subcommands)
+    _add_cancel_and_resume(subcommands)
 
+
+def _add_reading(subcommands: Any) -> None:
     listing = add_subcommand(
         subcommands, "list", _list, help="the workflows of a tenant, newest first"
     )
@@ -91,6 +96,8 @@ def add_parser(commands: Any) -> None:
     show.add_argument("workflow_id", metavar="ID", help="the workflow id")
     show.add_argument("--json", action="store_true", help="print JSON for scripts")
 
+
+def _add_prune(subcommands: Any) -> None:
     prune = add_subcommand(
         subcommands,
         "prune",
@@ -113,6 +120,8 @@ def add_parser(commands: Any) -> None:
     prune.add_argument("--dry-run", action="store_true", help="say what would go, delete nothing")
     prune.add_argument("--json", action="store_true", help="print JSON for scripts")
 
+
+def _add_cancel_and_resume(subcommands: Any) -> None:
     cancel = add_subcommand(
         subcommands,
         "cancel",

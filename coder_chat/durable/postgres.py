@@ -852,6 +852,12 @@ class _Statements:
 
     def __init__(self, s: str) -> None:
         self.s = s
+        self._reads(s)
+        self._run_writes(s)
+        self._prunes(s)
+        self._fenced_writes(s)
+
+    def _reads(self, s: str) -> None:
         self.store_id = f"SELECT value FROM {s}.meta WHERE key = 'store_id'"
         self.workflow = f"SELECT body FROM {s}.workflows WHERE tenant = $1 AND workflow_id = $2"
         self.chat = f"SELECT body FROM {s}.chats WHERE tenant = $1 AND chat_id = $2"
@@ -880,6 +886,13 @@ class _Statements:
             f"FROM (VALUES (1)) AS one LEFT JOIN {s}.workflows w "
             "ON w.tenant = $1 AND w.workflow_id = $2"
         )
+        self.workflow_chats = (
+            f"SELECT body FROM {s}.chats WHERE tenant = $1 AND workflow_id = $2 ORDER BY chat_id"
+        )
+
+    def _run_writes(self, s: str) -> None:
+        """Writes to the workflow row: a run's epoch taken, its record updated, a step
+        finished with its checkpoint."""
         # Inserted at epoch 1 ($1-$7: the new row), or the next epoch with the run's fields ($8).
         self.start_run = (
             f"INSERT INTO {s}.workflows AS w "
@@ -907,9 +920,8 @@ class _Statements:
             "DO UPDATE SET chat_id = EXCLUDED.chat_id, body = EXCLUDED.body) "
             "SELECT body FROM checkpoint"
         )
-        self.workflow_chats = (
-            f"SELECT body FROM {s}.chats WHERE tenant = $1 AND workflow_id = $2 ORDER BY chat_id"
-        )
+
+    def _prunes(self, s: str) -> None:
         # A prune's rule ($1 tenant, $2 states, $3 the sweep's prefix, $4 ended before,
         # $5 deployment or null): ended, never running, never a sweep's own record.
         doomed = (
@@ -933,6 +945,9 @@ class _Statements:
             '  UNION SELECT chat_id COLLATE "C" FROM gone WHERE chat_id IS NOT NULL)) '
             "SELECT coalesce(array_agg(workflow_id ORDER BY workflow_id), '{}') FROM gone"
         )
+
+    def _fenced_writes(self, s: str) -> None:
+        """Writes to the chats and the ledger, each fenced by the workflow row's epoch."""
         fence = (
             f"fence AS MATERIALIZED (SELECT 1 FROM {s}.workflows "
             "WHERE tenant = $1 AND workflow_id = $2 AND epoch = $3 FOR SHARE)"
