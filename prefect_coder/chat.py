@@ -484,7 +484,7 @@ class DurableChat:
         if prompt is not None:
             await self._refuse_a_changed_send(began, prompt)
         run, before = began.run, began.before
-        run.fence = run.guard.fence = await take_epoch(run.runtime, run.workflow)
+        run.fence = await take_epoch(run.runtime, run.workflow)
         began.replay = False
         await self._started(_log())
         if before is not None and before.state in ENDED_BY_FAILURE and before.chat_id:
@@ -633,9 +633,8 @@ class DurableChat:
             raise FencedOut(run.fence, None) from exc
         successor = None
         with contextlib.suppress(CoderError):  # the store may be out of reach: still over
-            newer = await run.runtime.store.get_workflow(run.tenant, self.workflow_id)
-            if newer is not None and newer.epoch > run.epoch:
-                successor = newer.flow_run_id
+            newer = await run.guard.newer()
+            successor = newer.flow_run_id if newer is not None else None
         if successor == run.flow_run_id:
             # The sweep took the workflow for this very run: a person cancelled it.
             await end_cancelled_run(run.flow_run_id, self.workflow_id, log)
@@ -650,10 +649,9 @@ class DurableChat:
         if run.flow_run_id is not None and await marked_superseded(run.flow_run_id):
             return True
         try:
-            newer = await run.runtime.store.get_workflow(run.tenant, self.workflow_id)
+            return await run.guard.newer() is not None
         except CoderError:
             return False
-        return newer is not None and newer.epoch > run.epoch
 
     async def _stop_beating(self) -> None:
         if self._pulse is not None:

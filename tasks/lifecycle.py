@@ -69,9 +69,7 @@ async def end_failed_workflow(run: WorkflowRun, log: LoggingAdapter) -> bool:
     FAILED workflow, and retires a chat left behind here.
     """
     workflow_id = run.workflow_id
-    store = run.runtime.store
-    workflow = await with_retries(lambda: store.get_workflow(run.tenant, workflow_id))
-    if workflow is None or workflow.epoch != run.epoch:
+    if not await with_retries(run.guard.holds):
         log.info(f"A newer run owns workflow {workflow_id}; its chat is left to that run.")
         return False
     if run.settings.archive_at_end:

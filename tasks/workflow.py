@@ -68,14 +68,22 @@ class WorkflowRun:
     """One workflow, as the flow run that holds its epoch acts for it: the one object every
     task takes (a plain class, so that Prefect never walks or hashes it as a parameter)."""
 
-    __slots__ = ("fence", "guard", "runtime", "setup", "workflow")
+    __slots__ = ("guard", "runtime", "setup", "workflow")
 
     def __init__(self, workflow: Workflow, fence: Fence, rt: Runtime) -> None:
         self.workflow = workflow
-        self.fence = fence
         self.runtime = rt
         self.setup = workflow.setup()
         self.guard = FenceGuard(rt.store, fence)
+
+    @property
+    def fence(self) -> Fence:
+        """The epoch this run holds: its guard's, the one place it is kept."""
+        return self.guard.fence
+
+    @fence.setter
+    def fence(self, fence: Fence) -> None:
+        self.guard.fence = fence
 
     @property
     def settings(self) -> WorkflowSettings:

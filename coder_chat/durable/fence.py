@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 
-from .records import Fence
+from .records import Fence, WorkflowRecord
 from .store import DurableStore, FencedOut
 
 
@@ -51,5 +51,22 @@ class FenceGuard:
     async def __call__(self, action: str) -> None:
         if self.fresh:
             return
-        workflow = await self.store.get_workflow(self.fence.tenant, self.fence.workflow_id)
+        workflow = await self._read()
         self.confirm_epoch(workflow.epoch if workflow else None)
+
+    async def newer(self) -> WorkflowRecord | None:
+        """The workflow as the store holds it, if a newer epoch than this fence's holds
+        it (a run took it over, or the sweep ended it); else ``None`` (a read)."""
+        workflow = await self._read()
+        return workflow if workflow is not None and workflow.epoch > self.fence.epoch else None
+
+    async def holds(self) -> bool:
+        """Whether this fence is still the workflow's newest epoch (a read)."""
+        workflow = await self._read()
+        if workflow is None or workflow.epoch != self.fence.epoch:
+            return False
+        self.confirm()
+        return True
+
+    async def _read(self) -> WorkflowRecord | None:
+        return await self.store.get_workflow(self.fence.tenant, self.fence.workflow_id)
