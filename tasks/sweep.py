@@ -299,52 +299,15 @@ async def relaunch_workflow(
     Returns the new flow run id, or ``None`` when nothing was launched.
     """
     log = run_log()
-    if not workflow.flow_run_id:
-        log.warning(f"workflow {workflow.workflow_id} has no flow run to relaunch from")
-        return None
     tag = f"prefect-coder:relaunch:{workflow.workflow_id}"[:200]
     async with get_client() as client:
-        try:
-            last = await client.read_flow_run(uuid.UUID(workflow.flow_run_id))
-        except ObjectNotFound:
-            log.warning(
-                f"workflow {workflow.workflow_id}: its flow run is gone; relaunch it by hand"
-            )
-            return None
-        if last.deployment_id is None:
-            log.warning(
-                f"workflow {workflow.workflow_id} ran outside a deployment; relaunch it by hand"
-            )
+        last = await _last_run(client, workflow)
+        if last is None or last.deployment_id is None:
             return None
         earlier = await client.read_flow_runs(
             flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag]))
         )
-        unfinished = [r for r in earlier if r.state is None or not r.state.is_final()]
-        pending = [r for r in unfinished if _age(r) <= relaunch_start]
-        for lost in (r for r in unfinished if r not in pending):
-            log.info(
-                f"Workflow {workflow.workflow_id}: its relaunch {lost.name!r} has not begun it "
-                f"{_age(lost):.0f} s after it was made; relaunched again."
-            )
-        if pending:
-            # Its relaunch has not begun the workflow yet (waiting for a worker, starting):
-            # another would only race it.
-            log.info(
-                f"Workflow {workflow.workflow_id}: its relaunch {pending[0].name!r} is on its "
-                "way; not relaunched again."
-            )
-            return None
-        refused = [r for r in earlier if REFUSED in r.tags and replaces_tag(last.id) in r.tags]
-        if refused and not await _deployed_since(client, last.deployment_id, refused):
-            log.warning(_refused_line(workflow.workflow_id, refused))
-            return None
-        # A relaunch refused for its code is no sign of a workflow that cannot run: only
-        # the others count towards the limit.
-        earlier = [r for r in earlier if REFUSED not in r.tags]
-        if len(earlier) >= max_relaunches:
-            log.warning(
-                f"workflow {workflow.workflow_id} was relaunched {len(earlier)} times already; giving up"
-            )
+        if await _held_back(client, workflow, last, earlier, max_relaunches, relaunch_start):
             return None
         new = await arun_deployment(
             last.deployment_id,
@@ -360,6 +323,67 @@ async def relaunch_workflow(
         f"({flow_run_url(new.id)}); it takes over from run {last.name!r}."
     )
     return str(new.id)
+
+
+async def _last_run(client: PrefectClient, workflow: WorkflowRecord) -> FlowRun | None:
+    """The workflow's last flow run, if it can be launched again (from its deployment)."""
+    log = run_log()
+    if not workflow.flow_run_id:
+        log.warning(f"workflow {workflow.workflow_id} has no flow run to relaunch from")
+        return None
+    try:
+        last = await client.read_flow_run(uuid.UUID(workflow.flow_run_id))
+    except ObjectNotFound:
+        log.warning(f"workflow {workflow.workflow_id}: its flow run is gone; relaunch it by hand")
+        return None
+    if last.deployment_id is None:
+        log.warning(
+            f"workflow {workflow.workflow_id} ran outside a deployment; relaunch it by hand"
+        )
+        return None
+    return last
+
+
+async def _held_back(
+    client: PrefectClient,
+    workflow: WorkflowRecord,
+    last: FlowRun,
+    earlier: list[FlowRun],
+    max_relaunches: int,
+    relaunch_start: float,
+) -> bool:
+    """Whether no relaunch is made now (and why, in the log): an earlier one is on its
+    way, one was refused for its code that is deployed still, or the limit is reached."""
+    log = run_log()
+    unfinished = [r for r in earlier if r.state is None or not r.state.is_final()]
+    pending = [r for r in unfinished if _age(r) <= relaunch_start]
+    for lost in (r for r in unfinished if r not in pending):
+        log.info(
+            f"Workflow {workflow.workflow_id}: its relaunch {lost.name!r} has not begun it "
+            f"{_age(lost):.0f} s after it was made; relaunched again."
+        )
+    if pending:
+        # Its relaunch has not begun the workflow yet (waiting for a worker, starting):
+        # another would only race it.
+        log.info(
+            f"Workflow {workflow.workflow_id}: its relaunch {pending[0].name!r} is on its "
+            "way; not relaunched again."
+        )
+        return True
+    refused = [r for r in earlier if REFUSED in r.tags and replaces_tag(last.id) in r.tags]
+    assert last.deployment_id is not None
+    if refused and not await _deployed_since(client, last.deployment_id, refused):
+        log.warning(_refused_line(workflow.workflow_id, refused))
+        return True
+    # A relaunch refused for its code is no sign of a workflow that cannot run: only the
+    # others count towards the limit.
+    counted = [r for r in earlier if REFUSED not in r.tags]
+    if len(counted) >= max_relaunches:
+        log.warning(
+            f"workflow {workflow.workflow_id} was relaunched {len(counted)} times already; giving up"
+        )
+        return True
+    return False
 
 
 async def _deployed_since(
