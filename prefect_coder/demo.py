@@ -24,9 +24,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from coder_chat.simulator import SimulatorConfig, serve_simulator
+from coder_chat.simulator import Simulator, SimulatorConfig, serve_simulator
 
-from .payments import serve_payments
+from .payments import Ledger, serve_payments
 
 PROMPTS = [
     "Look up order 1042 and tell me what the customer owes.",
@@ -95,35 +95,8 @@ async def run_demo() -> int:
                 "PREFECT_CODER_SQLITE_PATH": str(workdir / "ledger.sqlite3"),
                 "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
             }
-            params = {
-                "workflow_id": workflow_id,
-                "prompts": PROMPTS,
-                "tools": ["prefect_coder.demo_tools:charge_card"],
-                "settings": {
-                    "request_timeout_seconds": 30,
-                    "step_deadline_seconds": 60,
-                    "heartbeat_seconds": 5,
-                },
-            }
-            # The crash window: the card is charged, the result has not reached Coder.
-            sim.faults.hold("tool_results", phase="before")
-            say(f"worker 1 runs workflow {workflow_id} (3 steps; step 2 charges a card)")
-            first = spawn_worker(env, params)
-            relay_first = asyncio.create_task(relay(first, []))
-            held = await sim.faults.wait_held("tool_results", timeout=90)
-            charged = sum(payments.applied.values())
-            say(
-                f"the card was charged ({charged} charge applied); the result is on its way to Coder"
-            )
-            say("SIGKILL the worker's whole process group now: no finally, no cleanup")
-            os.killpg(first.pid, signal.SIGKILL)
-            first.wait()
-            sim.faults.decide(held.id, "drop")  # the killed worker's request never arrives
-            await relay_first
-            chat = sim.chats()[0]
-            say(
-                f"the chat is left paused in '{chat.status}', holding the tool call; the card stays charged"
-            )
+            params = _parameters(workflow_id)
+            await _kill_the_first_worker(sim, payments, env, params)
             say("worker 2 starts the same workflow id")
             results: list[Any] = []
             second = spawn_worker(env, params)
@@ -132,10 +105,50 @@ async def run_demo() -> int:
             if code != 0 or len(results) != len(PROMPTS):
                 say(f"worker 2 failed (exit {code})")
                 return 1
-    charges = payments.applied
     print()
     for result in results:
         say(f"step {result['step']}: {result['verdict']:<11} {result['text'][:90]}")
+    return _charged_once(payments, started, workdir)
+
+
+def _parameters(workflow_id: str) -> dict[str, Any]:
+    return {
+        "workflow_id": workflow_id,
+        "prompts": PROMPTS,
+        "tools": ["prefect_coder.demo_tools:charge_card"],
+        "settings": {
+            "request_timeout_seconds": 30,
+            "step_deadline_seconds": 60,
+            "heartbeat_seconds": 5,
+        },
+    }
+
+
+async def _kill_the_first_worker(
+    sim: Simulator, payments: Ledger, env: dict[str, str], params: dict[str, Any]
+) -> None:
+    """Worker 1 runs the workflow until the card is charged and the result is on its way
+    to Coder: the crash window. Then its whole process group is killed."""
+    sim.faults.hold("tool_results", phase="before")
+    say(f"worker 1 runs workflow {params['workflow_id']} (3 steps; step 2 charges a card)")
+    first = spawn_worker(env, params)
+    relay_first = asyncio.create_task(relay(first, []))
+    held = await sim.faults.wait_held("tool_results", timeout=90)
+    charged = sum(payments.applied.values())
+    say(f"the card was charged ({charged} charge applied); the result is on its way to Coder")
+    say("SIGKILL the worker's whole process group now: no finally, no cleanup")
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    sim.faults.decide(held.id, "drop")  # the killed worker's request never arrives
+    await relay_first
+    chat = sim.chats()[0]
+    say(
+        f"the chat is left paused in '{chat.status}', holding the tool call; the card stays charged"
+    )
+
+
+def _charged_once(payments: Ledger, started: float, workdir: Path) -> int:
+    charges = payments.applied
     say(
         f"card charges applied: {sum(charges.values())} "
         f"(requests per idempotency key: {list(payments.requests.values())})"
