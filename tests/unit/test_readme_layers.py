@@ -1,0 +1,43 @@
+"""The README's layers table names every built-in task and flow there is."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from pathlib import Path
+from types import ModuleType
+
+from prefect import Flow, Task
+
+import prefect_coder.flows
+import prefect_coder.tasks
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def _row(layer: str) -> str:
+    return next(line for line in README.read_text().splitlines() if line.startswith(layer))
+
+
+def _defined(
+    package: ModuleType, kind: type[Task[..., object]] | type[Flow[..., object]]
+) -> set[str]:
+    names = set()
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        for value in vars(module).values():
+            if isinstance(value, kind) and value.fn.__module__ == module.__name__:
+                names.add(value.fn.__name__)
+    return names
+
+
+def test_the_tasks_row_names_every_task() -> None:
+    row, tasks = _row("| `tasks/`"), _defined(prefect_coder.tasks, Task)
+    assert {"run_turn", "relaunch_workflow"} <= tasks
+    assert [t for t in sorted(tasks) if f"`{t}`" not in row] == []
+
+
+def test_the_flows_row_names_every_flow() -> None:
+    row, flows = _row("| `flows/`"), _defined(prefect_coder.flows, Flow)
+    assert {"durable_chat", "orphan_sweep"} <= flows
+    assert [f for f in sorted(flows) if f"`{f}`" not in row] == []
