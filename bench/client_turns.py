@@ -28,9 +28,7 @@ def pct(values: list[float], q: float) -> float:
 
 async def turn_latency() -> None:
     async with serve_simulator(SimulatorConfig()) as sim:
-        session = ChatSession(
-            base_url=sim.base_url, token=sim.token, organization_id=str(sim.organization_id)
-        )
+        session = ChatSession.connect(sim.base_url, sim.token, str(sim.organization_id))
         await session.generate("warm up")
         sim.records.turns.clear()
         walls = []
@@ -59,12 +57,10 @@ def idle_sessions(shared: bool) -> float:
     client = ChatClient(base_url="http://127.0.0.1:1", token="t") if shared else None
     sessions = [
         ChatSession(
-            base_url="http://127.0.0.1:1",
-            token="t",
-            organization_id="org",
+            client or ChatClient(base_url="http://127.0.0.1:1", token="t"),
+            "org",
             chat_id=f"chat-{i}",
             last_seen_message_id=i + 1,
-            client=client,
         )
         for i in range(SESSIONS)
     ]

@@ -237,9 +237,7 @@ class Setup:
 
     def session(self) -> ChatSession:
         sim = self.sim
-        return ChatSession(
-            base_url=sim.base_url, token=sim.token, organization_id=sim.organization_id
-        )
+        return ChatSession.connect(sim.base_url, sim.token, sim.organization_id)
 
     def turn(self, wf: Measured, how: str) -> Callable[[int], Awaitable[None]]:
         """A call of ``run_turn`` (``how``: ``task``, or ``body`` for ``run_turn.fn``) or of

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from prefect.blocks.abstract import CredentialsBlock
 from pydantic import Field, SecretStr
 
-from coder_chat import ChatClient, ChatSession, CoderConfigError
+from coder_chat import ChatClient, ChatOptions, ChatSession, CoderConfigError
 from coder_chat.client.events import TransportCallback
 from coder_chat.settings import CoderSettings
 from prefect_coder.blocks._project import DOCS_URL, LOGO_URL
@@ -113,16 +113,18 @@ class CoderCredentials(CredentialsBlock):
         chat_id: str | None = None,
         last_seen_message_id: int | None = None,
         tools: Sequence[Any] = (),
-        **options: Any,
+        options: ChatOptions | None = None,
+        **option_fields: Any,
     ) -> ChatSession:
-        """A :class:`ChatSession` on a new chat, or resuming ``chat_id``."""
+        """A :class:`ChatSession` on a new chat, or resuming ``chat_id``, with a client of
+        its own; ``options``, or its fields as keywords (``labels=``, ``request_timeout=``)."""
         base_url, token, organization = self.resolved()
-        return ChatSession(
-            base_url=base_url,
-            token=token,
-            organization_id=organization,
+        return ChatSession.connect(
+            base_url,
+            token,
+            organization,
+            options=options or ChatOptions(**option_fields),
+            tools=tools,
             chat_id=chat_id,
             last_seen_message_id=last_seen_message_id,
-            tools=tools,
-            **options,
         )

@@ -2,14 +2,15 @@
 
 Imports nothing from Prefect. The public surface::
 
-    from coder_chat import ChatClient, ChatSession, TurnResult
+    from coder_chat import ChatClient, ChatOptions, ChatSession, TurnResult
     from coder_chat.errors import CoderApiError, CoderChatError, CoderStreamError
 """
 
 from .client.events import TransportEvent
+from .client.options import ChatOptions
 from .client.rest import ChatClient
 from .client.results import StepRecord, ToolCallRecord, TurnResult
-from .client.session import ChatSession
+from .client.session import ChatSession, SessionHooks
 from .client.stream import ChatStream
 from .client.tools import ClientTool, client_tool
 from .errors import (
@@ -25,6 +26,7 @@ from .protocol.retry import is_retryable
 
 __all__ = [
     "ChatClient",
+    "ChatOptions",
     "ChatSession",
     "ChatStream",
     "ClientTool",
@@ -35,6 +37,7 @@ __all__ = [
     "CoderStoreError",
     "CoderStreamError",
     "CoderTransportError",
+    "SessionHooks",
     "StepRecord",
     "ToolCallRecord",
     "TransportEvent",

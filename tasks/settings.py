@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from coder_chat.client.options import ChatOptions
 from coder_chat.durable.context import DurableOptions
 
 
@@ -70,10 +71,20 @@ class WorkflowSettings(BaseModel):
         ),
     )
 
-    def options(self) -> DurableOptions:
-        """The durable layer's limits for these settings."""
-        return DurableOptions(
+    def options(self, deployment: str = "local") -> DurableOptions:
+        """What the workflow's steps run with, built once: the chat's options (handed to
+        every turn unchanged) and the durable layer's limits."""
+        chat = ChatOptions(
+            system_prompt=self.system_prompt or None,
+            model=self.model or None,
+            workspace_id=self.workspace_id or None,
+            mcp_server_ids=tuple(self.mcp_server_ids),
             request_timeout=self.request_timeout_seconds,
+        )
+        return DurableOptions(
+            chat=chat,
+            deployment=deployment,
+            structured_output=True,
             step_deadline=self.step_deadline_seconds,
             settle_timeout=self.step_deadline_seconds,
             story=self.tell_turns,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from coder_chat import CoderError
-from coder_chat.durable.context import ChatSetup, StepContext, StepTools
+from coder_chat.durable.context import DurableOptions, StepContext, StepTools
 from coder_chat.durable.fence import FenceGuard
 from coder_chat.durable.markers import step_number
 from coder_chat.durable.records import (
@@ -51,29 +51,21 @@ class Workflow:
     #: Whether the flow run holds other workflows too (then every line names this one).
     shares_run: bool = False
 
-    def setup(self) -> ChatSetup:
-        """How its chat is made (once, by its first step)."""
-        settings = self.settings
-        return ChatSetup(
-            deployment=self.deployment,
-            system_prompt=settings.system_prompt or None,
-            model=settings.model or None,
-            workspace_id=settings.workspace_id or None,
-            mcp_server_ids=tuple(settings.mcp_server_ids),
-            structured_output=True,
-        )
+    def options(self) -> DurableOptions:
+        """What its steps run with (its chat's options among them), built once per run."""
+        return self.settings.options(self.deployment)
 
 
 class WorkflowRun:
     """One workflow, as the flow run that holds its epoch acts for it: the one object every
     task takes (a plain class, so that Prefect never walks or hashes it as a parameter)."""
 
-    __slots__ = ("guard", "runtime", "setup", "workflow")
+    __slots__ = ("guard", "options", "runtime", "workflow")
 
     def __init__(self, workflow: Workflow, fence: Fence, rt: Runtime) -> None:
         self.workflow = workflow
         self.runtime = rt
-        self.setup = workflow.setup()
+        self.options = workflow.options()
         self.guard = FenceGuard(rt.store, fence)
 
     @property
@@ -146,10 +138,9 @@ class WorkflowRun:
             self.workflow_id,
             step,
             self.tools,
-            self.settings.options(),
+            self.options,
             report,
             first_try=first_try,
-            setup=self.setup,
             title=self.step_title(step),
             guard=self.guard,
             tell=tell,

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TypeVar
 
@@ -23,12 +24,29 @@ from pydantic import BaseModel
 
 from ..errors import CoderApiError, CoderConfigError, CoderError
 from .events import TransportCallback
+from .options import ChatOptions
 from .rest import ChatClient
 from .results import TurnResult
 from .tools import ClientTool, ToolFunction, client_tool
-from .turn import BeforeAction, StopOutcome, Turn, TurnOptions
+from .turn import BeforeAction, StopOutcome, Turn, no_check
 
 M = TypeVar("M", bound=BaseModel)
+
+
+DEFAULT_OPTIONS = ChatOptions()
+
+
+@dataclass(frozen=True)
+class SessionHooks:
+    """What a session calls back as its turns run (a durable step's fence and report)."""
+
+    #: Awaited with an action's name before each request that acts on the chat.
+    before_action: BeforeAction = no_check
+    #: Where each turn's story is told as it happens (:class:`.story.TurnStory`).
+    story: Callable[[str], None] | None = None
+
+
+NO_HOOKS = SessionHooks()
 
 
 class ChatSession:
@@ -36,82 +54,64 @@ class ChatSession:
 
     def __init__(
         self,
-        *,
-        base_url: str = "",
-        token: str = "",
+        client: ChatClient,
         organization_id: str,
+        *,
         chat_id: str | None = None,
         last_seen_message_id: int | None = None,
+        options: ChatOptions = DEFAULT_OPTIONS,
         tools: Sequence[ToolFunction | ClientTool] = (),
-        labels: Mapping[str, str] | None = None,
-        system_prompt: str | None = None,
-        request_timeout: float = 300.0,
-        workspace_id: str | None = None,
-        mcp_server_ids: Sequence[str] | None = None,
-        model_config_id: str | None = None,
-        model: str | None = None,
-        on_transport_event: TransportCallback | None = None,
-        redial_initial: float = 1.0,
-        redial_max_failures: int = 5,
-        action_grace: float = 2.0,
-        archive_retry_interval: float = 1.0,
-        archive_window: float = 15.0,
-        interrupt_timeout: float = 15.0,
-        client: ChatClient | None = None,
-        before_action: BeforeAction | None = None,
-        story: Callable[[str], None] | None = None,
+        hooks: SessionHooks = NO_HOOKS,
     ) -> None:
-        if last_seen_message_id is not None:
-            if (
-                isinstance(last_seen_message_id, bool)
-                or not isinstance(last_seen_message_id, int)
-                or last_seen_message_id < 1
-            ):
-                raise CoderConfigError("last_seen_message_id must be a positive integer")
-            if chat_id is None:
-                raise CoderConfigError("last_seen_message_id needs the chat_id it belongs to")
-        if not organization_id:
-            raise CoderConfigError("organization_id is required")
-        if request_timeout <= 0:
-            raise CoderConfigError("request_timeout must be positive")
-        if client is not None and on_transport_event is not None:
-            raise CoderConfigError(
-                "on_transport_event would be ignored: pass it to the ChatClient handed in"
-            )
-        self.chat_id = chat_id
-        self.last_known_chat_id = chat_id
-        self.last_seen_message_id = last_seen_message_id
+        _check_pointer(organization_id, chat_id, last_seen_message_id)
+        self.client = client
         self.organization_id = organization_id
+        self.chat_id = self.last_known_chat_id = chat_id
+        self.last_seen_message_id = last_seen_message_id
+        self.options = options
         self.tools = [client_tool(t) for t in tools]
-        self.options = TurnOptions(
-            labels=dict(labels or {}),
-            system_prompt=system_prompt,
-            request_timeout=request_timeout,
-            workspace_id=workspace_id,
-            mcp_server_ids=list(mcp_server_ids or []),
-            model_config_id=model_config_id,
-            model_hint=model,
-            redial_initial=redial_initial,
-            redial_max_failures=redial_max_failures,
-            action_grace=action_grace,
-            interrupt_timeout=interrupt_timeout,
-        )
-        if before_action is not None:
-            self.options.before_action = before_action
-        self.options.story = story
-        self.archive_retry_interval = archive_retry_interval
-        self.archive_window = archive_window
+        self.hooks = hooks
+        #: The config id ``options.model`` names, once a turn resolved it.
+        self.model_config_id: str | None = None
+        #: Resolved once: a hint that names no config leaves Coder's default, unasked again.
+        self.model_resolved = False
         # A client handed in is shared: the session uses it but never closes it.
-        self._owns_client = client is None
-        self.client = client or ChatClient(
-            base_url=base_url, token=token, on_transport_event=on_transport_event
-        )
+        self._owns_client = False
         self._busy = False
         self._segments = 0
         #: What stopping the last turn's run came to, when it had to be stopped.
         self.last_stop: StopOutcome | None = None
         #: When that stop's interrupt was sent (this machine's clock), if it was.
         self.last_stop_at: datetime | None = None
+
+    @classmethod
+    def connect(
+        cls,
+        base_url: str,
+        token: str,
+        organization_id: str,
+        *,
+        options: ChatOptions = DEFAULT_OPTIONS,
+        tools: Sequence[ToolFunction | ClientTool] = (),
+        chat_id: str | None = None,
+        last_seen_message_id: int | None = None,
+        on_transport_event: TransportCallback | None = None,
+        hooks: SessionHooks = NO_HOOKS,
+    ) -> ChatSession:
+        """A session with a client of its own (closed by :meth:`aclose`)."""
+        _check_pointer(organization_id, chat_id, last_seen_message_id)
+        client = ChatClient(base_url=base_url, token=token, on_transport_event=on_transport_event)
+        session = cls(
+            client,
+            organization_id,
+            chat_id=chat_id,
+            last_seen_message_id=last_seen_message_id,
+            options=options,
+            tools=tools,
+            hooks=hooks,
+        )
+        session._owns_client = True
+        return session
 
     def __repr__(self) -> str:
         return f"ChatSession(chat_id={self.chat_id!r}, last_seen_message_id={self.last_seen_message_id!r})"
@@ -160,7 +160,7 @@ class ChatSession:
         target = self.chat_id or self.last_known_chat_id
         if target is None:
             return
-        await self.options.before_action("interrupt")
+        await self.hooks.before_action("interrupt")
         await self.client.interrupt_chat(target)
 
     async def _interrupt_quietly(self) -> None:
@@ -177,9 +177,9 @@ class ChatSession:
         target = self.chat_id or self.last_known_chat_id
         if target is None:
             return
-        await self.options.before_action("archive")
+        await self.hooks.before_action("archive")
         loop = asyncio.get_running_loop()
-        give_up = loop.time() + self.archive_window
+        give_up = loop.time() + self.options.archive_window
         while True:
             try:
                 await self.client.archive_chat(target)
@@ -189,7 +189,7 @@ class ChatSession:
                     return
                 if exc.status != 409 or loop.time() >= give_up:
                     raise
-            await asyncio.sleep(self.archive_retry_interval)
+            await asyncio.sleep(self.options.archive_retry_interval)
 
     async def aclose(self) -> None:
         """Release the HTTP connections (the chat itself is left as it is)."""
@@ -211,3 +211,15 @@ class ChatSession:
                 await self.archive()
         finally:
             await self.aclose()
+
+
+def _check_pointer(organization_id: str, chat_id: str | None, cursor: int | None) -> None:
+    """The chat a session points at: an organization, and a cursor only with its chat."""
+    if not organization_id:
+        raise CoderConfigError("organization_id is required")
+    if cursor is None:
+        return
+    if isinstance(cursor, bool) or not isinstance(cursor, int) or cursor < 1:
+        raise CoderConfigError("last_seen_message_id must be a positive integer")
+    if chat_id is None:
+        raise CoderConfigError("last_seen_message_id needs the chat_id it belongs to")

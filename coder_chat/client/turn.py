@@ -13,7 +13,6 @@ import contextlib
 import functools
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -33,6 +32,7 @@ from ..protocol.models_hint import resolve_model_hint
 from ..protocol.transcript import pending_calls, structured_output, to_transcript
 from ..protocol.translator import TurnTranslator
 from .events import Emitter, SegmentSettle, SegmentStart, TransportEvent, WsOpen, WsRedial
+from .options import ChatOptions
 from .results import TurnResult, build_steps, turn_text
 from .story import TurnStory
 from .stream import ChatStream
@@ -59,28 +59,9 @@ StopOutcome = Literal["interrupted", "withdrawn", "idle", "undelivered", "unknow
 BeforeAction = Callable[[str], Awaitable[None]]
 
 
-async def _no_check(action: str) -> None:
-    return None
-
-
-@dataclass
-class TurnOptions:
-    labels: dict[str, str] = field(default_factory=dict)
-    system_prompt: str | None = None
-    request_timeout: float = 300.0
-    workspace_id: str | None = None
-    mcp_server_ids: list[str] = field(default_factory=list)
-    model_config_id: str | None = None
-    #: A model hint resolved to ``model_config_id`` on first use (``None``: server default).
-    model_hint: str | None = None
-    redial_initial: float = 1.0
-    redial_max_failures: int = 5
-    action_grace: float = 2.0
-    interrupt_timeout: float = 15.0
-    before_action: BeforeAction = _no_check
-    #: Where the turn's story is told as it happens (:class:`.story.TurnStory`); ``None``:
-    #: not told.
-    story: Callable[[str], None] | None = None
+async def no_check(action: str) -> None:
+    """The hook of a session that checks nothing before it acts."""
+    return
 
 
 class Turn:
@@ -94,7 +75,7 @@ class Turn:
         if output_type is not None:
             self.tools["structured_output"] = structured_output_tool(output_type)
         self.translator = TurnTranslator(client_tools=frozenset(self.tools))
-        tell = session.options.story
+        tell = session.hooks.story
         self.story = None if tell is None else TurnStory(tell, client_tools=frozenset(self.tools))
         self.stream: ChatStream | None = None
         self._redialled = False
@@ -107,8 +88,12 @@ class Turn:
         return self.session.client
 
     @property
-    def options(self) -> TurnOptions:
+    def options(self) -> ChatOptions:
         return self.session.options
+
+    @property
+    def before_action(self) -> BeforeAction:
+        return self.session.hooks.before_action
 
     # -- the whole turn ---------------------------------------------------------------
     async def run(self) -> TurnResult:
@@ -186,9 +171,9 @@ class Turn:
         if cursor is None:
             page = await self.client.get_messages(session.chat_id, limit=1)
             cursor = page.messages[0].id if page.messages else 0
-        await self.options.before_action("send")
+        await self.before_action("send")
         response = await self.client.send_message(
-            session.chat_id, self.prompt, model_config_id=self.options.model_config_id
+            session.chat_id, self.prompt, model_config_id=self.session.model_config_id
         )
         if self.story is not None:
             self.story.sent(self.prompt)
@@ -200,23 +185,23 @@ class Turn:
         await self.open_stream(session.chat_id, cursor or None)
 
     async def resolve_model(self) -> None:
-        opts = self.options
-        if opts.model_hint and opts.model_config_id is None:
-            configs = await self.client.model_configs(organization_id=self.session.organization_id)
-            opts.model_config_id = resolve_model_hint(opts.model_hint, configs)
-            opts.model_hint = None
+        session = self.session
+        if session.options.model and not session.model_resolved:
+            configs = await self.client.model_configs(organization_id=session.organization_id)
+            session.model_config_id = resolve_model_hint(session.options.model, configs)
+            session.model_resolved = True
 
     async def create_chat(self) -> None:
         opts = self.options
-        await opts.before_action("create")
+        await self.before_action("create")
         chat = await self.client.create_chat(
             organization_id=self.session.organization_id,
             content=self.prompt,
             system_prompt=opts.system_prompt,
             workspace_id=opts.workspace_id,
-            model_config_id=opts.model_config_id,
-            mcp_server_ids=opts.mcp_server_ids or None,
-            labels=opts.labels or None,
+            model_config_id=self.session.model_config_id,
+            mcp_server_ids=list(opts.mcp_server_ids) or None,
+            labels=dict(opts.labels) or None,
             tools=[t.declaration() for t in self.declared_tools()],
         )
         self.session.chat_id = self.session.last_known_chat_id = chat.id
@@ -258,7 +243,7 @@ class Turn:
 
     async def submit_results(self, results: list[dict[str, Any]]) -> None:
         assert self.session.chat_id is not None
-        await self.options.before_action("tool-results")
+        await self.before_action("tool-results")
         try:
             await self.client.submit_tool_results(self.session.chat_id, results)
         except CoderApiError as exc:
@@ -405,7 +390,7 @@ class Turn:
         sending = False  # until the check before acting passed, nothing can have left
         try:
             async with asyncio.timeout(self.options.interrupt_timeout):
-                await self.options.before_action("interrupt")
+                await self.before_action("interrupt")
                 sending = True
                 if self.queued_id is not None and not self.translator.opened:
                     await self.client.delete_queued_message(chat_id, self.queued_id)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
+from ..client.options import ChatOptions
 from ..client.rest import ChatClient
 from ..client.tools import ClientTool, ToolFunction, client_tool, structured_output_tool
 from ..errors import CoderConfigError
@@ -21,16 +22,21 @@ from .tools import DurableTool, LedgerBinding
 logger = logging.getLogger("coder_chat.durable")
 
 
-@dataclass
+@dataclass(frozen=True)
 class DurableOptions:
-    """Every timer of the durable layer, in seconds; defaults follow the reference."""
+    """What a workflow's steps run with: its chat's options, handed to every session
+    unchanged, and the durable layer's own timers, in seconds (defaults follow the
+    reference). A flow builds it once (``WorkflowSettings.options()``)."""
 
-    #: Bounds each segment of a turn (REST, stream and redial backoff together).
-    request_timeout: float = 300.0
+    #: How the chat is made and its turns run (system prompt, model, timeouts, ...).
+    chat: ChatOptions = field(default_factory=ChatOptions)
+    #: The deployment the chat is labelled with (the sweep's filter).
+    deployment: str = "local"
+    #: Declare the ``structured_output`` tool at creation, so any later step may ask for a
+    #: structured answer (each step validates its own schema).
+    structured_output: bool = False
     #: Bounds a whole step's turn (``None``: no bound beyond the segments').
     step_deadline: float | None = 600.0
-    #: Bounds recovery's interrupt (the reference's 15 s).
-    interrupt_timeout: float = 15.0
     #: How far Coder's clock may lag this machine's. An interrupt whose outcome is
     #: unknown did not cut an attempt whose messages Coder stamped earlier than the
     #: interrupt was sent, by more than this.
@@ -39,20 +45,15 @@ class DurableOptions:
     settle_timeout: float = 600.0
     poll_interval: float = 1.0
     #: How long a journaled send may still land after it was written. ``None``
-    #: means ``request_timeout``, the conservative horizon of the reference.
+    #: means the chat's ``request_timeout``, the conservative horizon of the reference.
     commit_horizon: float | None = None
-    #: Redial and lost-event timers handed to the session.
-    redial_initial: float = 1.0
-    action_grace: float = 2.0
-    archive_retry_interval: float = 1.0
-    archive_window: float = 15.0
     #: Tell each turn's story (prompt, tool calls and outcomes, reconnects, reply) to the
     #: step's report as it happens.
     story: bool = False
 
     @property
     def horizon(self) -> float:
-        return self.request_timeout if self.commit_horizon is None else self.commit_horizon
+        return self.chat.request_timeout if self.commit_horizon is None else self.commit_horizon
 
 
 @dataclass
@@ -98,23 +99,6 @@ class StepTools:
         return [t.bind(binding) for t in self.durable.values()] + list(self.plain.values())
 
 
-@dataclass(frozen=True)
-class ChatSetup:
-    """How a workflow's chat is made. Coder takes all of it once, when the chat is created
-    (by the workflow's first step), so it belongs to the workflow, not to a step."""
-
-    #: The deployment the chat is labelled with (the sweep's filter).
-    deployment: str = "local"
-    system_prompt: str | None = None
-    #: A model config id, ``provider:model`` or display name (``None``: Coder's default).
-    model: str | None = None
-    workspace_id: str | None = None
-    mcp_server_ids: tuple[str, ...] = ()
-    #: Declare the ``structured_output`` tool at creation, so any later step may ask for a
-    #: structured answer (each step validates its own schema).
-    structured_output: bool = False
-
-
 @dataclass
 class StepContext:
     """One step of one workflow run."""
@@ -131,7 +115,6 @@ class StepContext:
     #: Nothing can have acted for this step before: the workflow's first run (epoch 1),
     #: the step's first try. An empty checkpoint then needs no search for an orphan.
     first_try: bool = False
-    setup: ChatSetup = field(default_factory=ChatSetup)
     #: How report lines name the step (``Step 2``; a flow run of many workflows names
     #: the workflow too).
     title: str = ""

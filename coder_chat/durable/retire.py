@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..client.session import ChatSession
+from ..client.session import ChatSession, SessionHooks
 from .bounded import within
 from .context import StepContext
 from .markers import step_number
@@ -49,12 +49,11 @@ async def retire_chat(ctx: StepContext, chat_id: str) -> Retired:
         detail = answer.summary()
     await _stop_run(ctx, chat_id)
     session = ChatSession(
-        client=ctx.client,
-        organization_id=ctx.tenant,
+        ctx.client,
+        ctx.tenant,
         chat_id=chat_id,
-        archive_retry_interval=ctx.options.archive_retry_interval,
-        archive_window=ctx.options.archive_window,
-        before_action=ctx.may_act,
+        options=ctx.options.chat,
+        hooks=SessionHooks(before_action=ctx.may_act),
     )
     await session.archive()  # retries its 409 while a stopped run winds down
     return Retired(chat_id, "archived", detail)
@@ -97,7 +96,9 @@ async def retire_as_journaled(
 async def _stop_run(ctx: StepContext, chat_id: str) -> None:
     """Interrupt until the chat settles; bounded. A settled chat costs one read."""
     opts = ctx.options
-    async with within(opts.interrupt_timeout + opts.archive_window, "stopping the run", chat_id):
+    async with within(
+        opts.chat.interrupt_timeout + opts.chat.archive_window, "stopping the run", chat_id
+    ):
         while (await ctx.client.get_chat(chat_id)).status not in SETTLED:
             # Live, or paused again by a run our answers revived: nothing of this
             # pause has run (no process runs its tools), so interrupting loses nothing.

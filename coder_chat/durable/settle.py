@@ -50,7 +50,7 @@ class Settled:
 
 
 async def settle_wait(ctx: StepContext, chat_id: str, reason: RecoveryReason) -> Settled:
-    async with within(ctx.options.interrupt_timeout, "reading the chat's state", chat_id):
+    async with within(ctx.options.chat.interrupt_timeout, "reading the chat's state", chat_id):
         status = (await ctx.client.get_chat(chat_id)).status
         entry, attempts = await _journal(ctx, chat_id)
     # The entry classifies the attempt it names, and only while it is the last one.
@@ -120,7 +120,7 @@ async def _answer_pause(
 
 
 async def _interrupt(ctx: StepContext, chat_id: str) -> int:
-    async with within(ctx.options.interrupt_timeout, "interrupting", chat_id):
+    async with within(ctx.options.chat.interrupt_timeout, "interrupting", chat_id):
         return await interrupt_quietly(ctx, chat_id)
 
 
@@ -161,13 +161,13 @@ async def _poll(ctx: StepContext, chat_id: str, cut_short: bool) -> Settled:
     )
     await _interrupt(ctx, chat_id)
     try:
-        async with asyncio.timeout(opts.interrupt_timeout) as clock:
+        async with asyncio.timeout(opts.chat.interrupt_timeout) as clock:
             return Settled(await _until_settled(ctx, chat_id, True), True)
     except TimeoutError:
         if not clock.expired():
             raise
     raise CoderChatError(
-        f"chat {chat_id} did not settle within {opts.interrupt_timeout:.0f}s of an interrupt",
+        f"chat {chat_id} did not settle within {opts.chat.interrupt_timeout:.0f}s of an interrupt",
         kind="timeout",
         retryable=True,
         chat_id=chat_id,

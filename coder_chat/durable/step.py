@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ..client.session import ChatSession
+from ..client.session import ChatSession, SessionHooks
 from ..client.tools import ClientTool, structured_output_tool
 from ..errors import CoderApiError, CoderChatError, CoderError, CoderStreamError
 from ..protocol.models import Chat, ChatMessage, ChatMessagePart
@@ -397,7 +397,7 @@ async def _created_with_this_step(ctx: StepContext, chat_id: str) -> bool:
 async def labelled_chats(ctx: StepContext) -> list[Chat]:
     """The chats this workflow made in this store, newest first (a read)."""
     labels = {
-        **owner_labels(ctx.setup.deployment, await ctx.store.store_id()),
+        **owner_labels(ctx.options.deployment, await ctx.store.store_id()),
         LABEL_WORKFLOW: ctx.workflow_id[:256],
     }
     found: list[Chat] = [c async for c in ctx.client.iter_chats(labels=labels)]
@@ -457,27 +457,18 @@ async def _run_turn(
 async def _session(
     ctx: StepContext, spec: StepSpec, chat_id: str | None, cursor: int | None
 ) -> ChatSession:
-    setup, opts = ctx.setup, ctx.options
-    labels = chat_labels(ctx.workflow_id, ctx.step, setup.deployment, await ctx.store.store_id())
+    """The step's session: the workflow's chat options as they are, with the step's labels
+    (read by Coder only when this step creates the chat)."""
+    opts = ctx.options
+    labels = chat_labels(ctx.workflow_id, ctx.step, opts.deployment, await ctx.store.store_id())
     return ChatSession(
-        client=ctx.client,
-        organization_id=ctx.tenant,
+        ctx.client,
+        ctx.tenant,
         chat_id=chat_id,
         last_seen_message_id=cursor,
+        options=opts.chat.labelled(labels),
         tools=_session_tools(ctx, spec),
-        labels=labels,
-        system_prompt=setup.system_prompt,
-        request_timeout=opts.request_timeout,
-        workspace_id=setup.workspace_id,
-        mcp_server_ids=setup.mcp_server_ids,
-        model=setup.model,
-        redial_initial=opts.redial_initial,
-        action_grace=opts.action_grace,
-        archive_retry_interval=opts.archive_retry_interval,
-        archive_window=opts.archive_window,
-        interrupt_timeout=opts.interrupt_timeout,
-        before_action=ctx.may_act,
-        story=_teller(ctx) if opts.story else None,
+        hooks=SessionHooks(ctx.may_act, _teller(ctx) if opts.story else None),
     )
 
 
@@ -543,7 +534,7 @@ class _AnyAnswer(BaseModel):
 
 def _session_tools(ctx: StepContext, spec: StepSpec) -> list[ClientTool]:
     tools = ctx.tools.for_session(ctx.binding)
-    if ctx.setup.structured_output:
+    if ctx.options.structured_output:
         tools.append(structured_output_tool(_AnyAnswer))
     return tools
 
@@ -551,7 +542,7 @@ def _session_tools(ctx: StepContext, spec: StepSpec) -> list[ClientTool]:
 def _schema_note(ctx: StepContext, spec: StepSpec) -> str:
     """The step's answer schema, in its prompt: the chat declared ``structured_output``
     for every step at once, so its declaration cannot say which shape this step wants."""
-    if spec.output_type is None or not ctx.setup.structured_output:
+    if spec.output_type is None or not ctx.options.structured_output:
         return ""
     schema = json.dumps(spec.output_type.model_json_schema(), separators=(",", ":"))
     return (

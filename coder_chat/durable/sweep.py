@@ -108,7 +108,7 @@ class _Pass:
         )
         try:
             if finding.action == "interrupt":
-                async with asyncio.timeout(self.policy.options.interrupt_timeout):
+                async with asyncio.timeout(self.policy.options.chat.interrupt_timeout):
                     await interrupt_quietly(ctx, chat.id)
                 finding.action = "interrupted"
                 return finding

@@ -13,6 +13,7 @@ import os
 from collections.abc import AsyncIterator
 
 from coder_chat import ChatClient
+from coder_chat.client.options import ChatOptions
 from coder_chat.durable.context import DurableOptions, StepTools
 from coder_chat.durable.store import DurableStore
 from coder_chat.durable.sweep import SweepPolicy, SweepReport, sweep
@@ -24,7 +25,9 @@ POLICY = SweepPolicy(
     orphan_age=0,
     stale_heartbeat=10**9,
     stuck_after=10**9,
-    options=DurableOptions(interrupt_timeout=5, poll_interval=0.05, archive_retry_interval=0.05),
+    options=DurableOptions(
+        chat=ChatOptions(interrupt_timeout=5, archive_retry_interval=0.05), poll_interval=0.05
+    ),
 )
 #: The tools find their payments service in ``PAYMENTS_URL`` when it runs; schedules
 #: running at once each have their own, so their sweeps take turns with the variable.

@@ -14,15 +14,17 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.http11 import Request, Response
 
-from coder_chat import ChatClient, ChatSession
+from coder_chat import ChatClient, ChatOptions, ChatSession, SessionHooks
 from coder_chat.client.events import (
     SegmentSettle,
     SegmentStart,
+    TransportCallback,
     TransportEvent,
     WsDial,
     WsEvent,
     WsRedial,
 )
+from coder_chat.client.turn import BeforeAction
 from coder_chat.simulator import Simulator
 
 #: Timers small enough that every window of the client takes milliseconds.
@@ -73,16 +75,34 @@ def client_for(sim: Simulator, **overrides: Any) -> ChatClient:
     return ChatClient(base_url=sim.base_url, token=sim.token, **options)
 
 
-def session_for(sim: Simulator, **overrides: Any) -> ChatSession:
-    """A session on the simulator with fast timers; ``overrides`` win."""
-    options: dict[str, Any] = dict(FAST)
-    options.update(overrides)
-    return ChatSession(
-        base_url=sim.base_url,
-        token=sim.token,
-        organization_id=str(sim.organization_id),
-        **options,
-    )
+#: What ``session_for`` hands the session itself, not its options.
+_POINTER = ("chat_id", "last_seen_message_id", "tools")
+
+
+def session_for(
+    sim: Simulator,
+    *,
+    client: ChatClient | None = None,
+    on_transport_event: TransportCallback | None = None,
+    before_action: BeforeAction | None = None,
+    **overrides: Any,
+) -> ChatSession:
+    """A session on the simulator with fast timers: ``overrides`` name its pointer (chat,
+    cursor, tools) or its options' fields, and win over the fast timers."""
+    pointer = {k: overrides.pop(k) for k in _POINTER if k in overrides}
+    options = ChatOptions(**{**FAST, **overrides})
+    hooks = SessionHooks() if before_action is None else SessionHooks(before_action)
+    if client is None:
+        return ChatSession.connect(
+            sim.base_url,
+            sim.token,
+            str(sim.organization_id),
+            options=options,
+            on_transport_event=on_transport_event,
+            hooks=hooks,
+            **pointer,
+        )
+    return ChatSession(client, str(sim.organization_id), options=options, hooks=hooks, **pointer)
 
 
 def session_with_client(

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from coder_chat import ChatSession, TurnResult
+from coder_chat import ChatClient, ChatOptions, ChatSession, TurnResult
 from coder_chat.client.events import SegmentSettle, TransportEvent
 from coder_chat.errors import CoderApiError, CoderChatError, CoderConfigError, CoderError
 from coder_chat.simulator import Simulator
@@ -57,9 +57,7 @@ async def test_construction_does_no_io(sim: Simulator) -> None:
     chat_id = await idle_chat(sim)
     sim.records.clear_requests()
     session = session_for(sim, chat_id=chat_id, last_seen_message_id=3, tools=[lookup])
-    nowhere = ChatSession(
-        base_url="http://127.0.0.1:9", token="t", organization_id="o", chat_id="not-a-chat"
-    )
+    nowhere = ChatSession.connect("http://127.0.0.1:9", "t", "o", chat_id="not-a-chat")
     await asyncio.sleep(0.01)
     assert sim.records.requests == []
     assert (session.chat_id, session.last_known_chat_id, session.last_seen_message_id) == (
@@ -75,23 +73,17 @@ async def test_construction_does_no_io(sim: Simulator) -> None:
 @pytest.mark.parametrize("cursor", [0, -1, True, False, "5", 1.5])
 def test_a_cursor_that_is_not_a_positive_integer_is_rejected(cursor: Any) -> None:
     with pytest.raises(CoderConfigError, match="positive integer"):
-        ChatSession(
-            base_url="http://x",
-            token="t",
-            organization_id="o",
-            chat_id="c",
-            last_seen_message_id=cursor,
-        )
+        ChatSession.connect("http://x", "t", "o", chat_id="c", last_seen_message_id=cursor)
 
 
 def test_a_cursor_without_its_chat_id_is_rejected() -> None:
     with pytest.raises(CoderConfigError, match="chat_id") as caught:
-        ChatSession(base_url="http://x", token="t", organization_id="o", last_seen_message_id=5)
+        ChatSession.connect("http://x", "t", "o", last_seen_message_id=5)
     assert isinstance(caught.value, ValueError)
 
 
 async def test_defaults_follow_the_reference_sdk() -> None:
-    session = ChatSession(base_url="http://x", token="t", organization_id="o")
+    session = ChatSession.connect("http://x", "t", "o")
     options = session.options
     assert (options.request_timeout, options.redial_initial, options.redial_max_failures) == (
         300.0,
@@ -99,7 +91,7 @@ async def test_defaults_follow_the_reference_sdk() -> None:
         5,
     )
     assert options.action_grace == 2.0
-    assert (session.archive_retry_interval, session.archive_window) == (1.0, 15.0)
+    assert (options.archive_retry_interval, options.archive_window) == (1.0, 15.0)
     assert (session.chat_id, session.last_known_chat_id, session.last_seen_message_id) == (
         None,
         None,
@@ -108,28 +100,42 @@ async def test_defaults_follow_the_reference_sdk() -> None:
     await session.aclose()
 
 
-def test_arguments_are_keyword_only() -> None:
+async def test_the_token_stays_out_of_every_repr() -> None:
+    session = ChatSession.connect("http://x", "secret-token-42", "o", chat_id="c")
+    shown = " ".join(map(repr, (session, session.options, session.hooks, session.client)))
+    assert "secret-token-42" not in shown
+    assert "chat_id='c'" in shown
+    await session.aclose()
+
+
+def test_options_and_pointer_are_keyword_only() -> None:
+    client = ChatClient(base_url="http://x", token="t")
     with pytest.raises(TypeError):
-        ChatSession("http://x", "t", "o")  # type: ignore[call-arg]
+        ChatSession(client, "o", "chat-1")  # type: ignore[call-arg]
 
 
-async def test_a_callback_beside_a_client_of_ones_own_is_refused(sim: Simulator) -> None:
+async def test_a_session_never_closes_a_client_handed_in(sim: Simulator) -> None:
     async with client_for(sim) as client:
-        with pytest.raises(CoderConfigError, match="on_transport_event"):
-            session_for(sim, client=client, on_transport_event=Recorder())
+        session = ChatSession(client, str(sim.organization_id))
+        await session.generate("hello")
+        await session.aclose()
+        again = ChatSession(client, str(sim.organization_id))
+        assert (await again.generate("still open")).text == 'You said: "still open"'
 
 
 def test_other_arguments_are_checked_at_once() -> None:
     with pytest.raises(CoderConfigError):
-        ChatSession(base_url="http://x", token="t", organization_id="")
+        ChatSession.connect("http://x", "t", "")
     with pytest.raises(CoderConfigError):
-        ChatSession(base_url="http://x", token="t", organization_id="o", request_timeout=0)
+        ChatOptions(request_timeout=0)
+    with pytest.raises(CoderConfigError):
+        ChatOptions(redial_max_failures=0)
 
     def not_async(city: str) -> str:
         return city
 
     with pytest.raises(CoderConfigError, match="async"):
-        ChatSession(base_url="http://x", token="t", organization_id="o", tools=[not_async])  # type: ignore[list-item]
+        ChatSession.connect("http://x", "t", "o", tools=[not_async])  # type: ignore[list-item]
 
 
 # -- first turn and resumed turns -------------------------------------------------------------------

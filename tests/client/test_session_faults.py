@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -403,7 +404,7 @@ async def test_a_slow_interrupt_and_the_next_prompt(sim: Simulator) -> None:
     chat_id = session.chat_id
     assert sim.chat(chat_id).status == "interrupting"  # still winding down
 
-    session.options.request_timeout = 10.0
+    session.options = replace(session.options, request_timeout=10.0)
     result = await session.generate("next")
     await session.aclose()
     assert result.text == 'You said: "next"'

@@ -13,7 +13,7 @@ from __future__ import annotations
 from prefect import flow
 from prefect.flow_runs import apause_flow_run
 
-from coder_chat import ChatSession
+from coder_chat import ChatOptions, ChatSession
 from coder_chat.durable.markers import LABEL_WORKFLOW, step_marker
 from coder_chat.settings import CoderSettings
 from prefect_coder.examples.refund import Approval, RefundPlan, issue_refund
@@ -22,12 +22,12 @@ from prefect_coder.examples.refund import Approval, RefundPlan, issue_refund
 def session_for(workflow_id: str) -> ChatSession:
     settings = CoderSettings()
     token = settings.session_token.get_secret_value() if settings.session_token else ""
-    return ChatSession(
-        base_url=settings.url or "",
-        token=token,
-        organization_id=settings.organization_id or "",
+    return ChatSession.connect(
+        settings.url or "",
+        token,
+        settings.organization_id or "",
         tools=[issue_refund.tool],  # the function alone, without its ledger
-        labels={LABEL_WORKFLOW: workflow_id},
+        options=ChatOptions(labels={LABEL_WORKFLOW: workflow_id}),
     )
 
 

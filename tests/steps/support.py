@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from coder_chat.client.options import ChatOptions
 from coder_chat.durable.context import DurableOptions
 from coder_chat.durable.tools import durable_tool
 
@@ -15,4 +16,6 @@ async def charge_card(amount_cents: int, idempotency_key: str) -> str:
     return f"receipt-{len(CHARGES)}"
 
 
-FAST = DurableOptions(request_timeout=10, step_deadline=30, poll_interval=0.02, redial_initial=0.01)
+FAST = DurableOptions(
+    chat=ChatOptions(request_timeout=10, redial_initial=0.01), step_deadline=30, poll_interval=0.02
+)

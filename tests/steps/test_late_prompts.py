@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from coder_chat import ChatClient
+from coder_chat.client.options import ChatOptions
 from coder_chat.durable.context import DurableOptions, StepContext, StepTools
 from coder_chat.durable.markers import count_attempts
 from coder_chat.durable.records import JournalEntry, utcnow
@@ -24,7 +25,9 @@ from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.step import StepSpec, recover, run_step
 from coder_chat.simulator import Simulator
 
-FAST = DurableOptions(request_timeout=10, step_deadline=30, poll_interval=0.02, redial_initial=0.01)
+FAST = DurableOptions(
+    chat=ChatOptions(request_timeout=10, redial_initial=0.01), step_deadline=30, poll_interval=0.02
+)
 
 
 @pytest.fixture

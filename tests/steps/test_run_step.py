@@ -427,7 +427,7 @@ async def test_a_recovery_read_that_runs_out_of_time_can_be_retried(
             StepContext(client, store, fence, "wf-slow-read", 1, StepTools(), FAST),
             StepSpec(prompt="plan it"),
         )
-        tight = replace(FAST, interrupt_timeout=0.3)
+        tight = replace(FAST, chat=replace(FAST.chat, interrupt_timeout=0.3))
         ctx = StepContext(client, store, fence, "wf-slow-read", 2, StepTools(), tight)
         await crashed_attempt(client, store, ctx, first.chat_id, "summarise")
         await sim.wait_for_status(first.chat_id, "waiting")
@@ -565,7 +565,7 @@ async def test_a_timeout_whose_interrupt_found_nothing_running_is_recovered_not_
             StepContext(client, store, fence, "wf-idle", 1, StepTools(), FAST),
             StepSpec(prompt="plan it"),
         )
-        blind = replace(FAST, request_timeout=0.5, redial_initial=5.0)
+        blind = replace(FAST, chat=replace(FAST.chat, request_timeout=0.5, redial_initial=5.0))
         ctx = StepContext(client, store, fence, "wf-idle", 2, StepTools(), blind)
         sim.faults.fail_next("stream", 503, count=50)
         with pytest.raises(CoderChatError) as timed_out:
@@ -592,7 +592,7 @@ async def lost_interrupt_then_retry(
             StepContext(client, store, fence, workflow_id, 1, StepTools(), FAST),
             StepSpec(prompt="plan it"),
         )
-        blind = replace(FAST, request_timeout=1.0, redial_initial=5.0)
+        blind = replace(FAST, chat=replace(FAST.chat, request_timeout=1.0, redial_initial=5.0))
         ctx = StepContext(client, store, fence, workflow_id, 2, StepTools(), blind)
         sim.faults.fail_next("stream", 503, count=50)
         sim.faults.cut_before_commit("interrupt")

@@ -12,13 +12,14 @@ from pathlib import Path
 import pytest
 
 from coder_chat import ChatClient, ChatSession
+from coder_chat.client.options import ChatOptions
 from coder_chat.durable.context import DurableOptions, StepContext, StepTools
 from coder_chat.durable.fence import FenceGuard
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.step import StepSpec, run_step
 from coder_chat.simulator import Simulator
 
-FAST = DurableOptions(request_timeout=10, step_deadline=30, poll_interval=0.02)
+FAST = DurableOptions(chat=ChatOptions(request_timeout=10), step_deadline=30, poll_interval=0.02)
 
 
 @pytest.fixture

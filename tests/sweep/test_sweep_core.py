@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from coder_chat import ChatClient
+from coder_chat.client.options import ChatOptions
 from coder_chat.durable.context import DurableOptions, StepTools
 from coder_chat.durable.markers import chat_labels
 from coder_chat.durable.reconcile import NO_RESULT
@@ -36,7 +37,9 @@ async def labelled(
 
 
 def policy(**overrides: object) -> SweepPolicy:
-    timers = DurableOptions(interrupt_timeout=5, poll_interval=0.02, archive_retry_interval=0.05)
+    timers = DurableOptions(
+        chat=ChatOptions(interrupt_timeout=5, archive_retry_interval=0.05), poll_interval=0.02
+    )
     base = SweepPolicy(orphan_age=0, stuck_after=3600, options=timers)
     for key, value in overrides.items():
         setattr(base, key, value)
