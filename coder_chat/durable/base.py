@@ -516,8 +516,8 @@ def prune_rule(
 
 
 def fence_holds(fence: Fence, epoch: int | None) -> bool:
-    """The fencing rule: a run may act while its epoch is the workflow's newest."""
-    return epoch is not None and epoch == fence.epoch
+    """The fencing rule (:meth:`Fence.holds`), as the backends' SQL checks it."""
+    return fence.holds(epoch)
 
 
 async def _fenced_out(tx: Transaction, fence: Fence) -> FencedOut | None:

@@ -44,9 +44,16 @@ class FenceGuard:
 
     def confirm_epoch(self, newest: int | None) -> None:
         """A read showed the workflow's newest epoch: confirm, or raise if it moved on."""
-        if newest != self.fence.epoch:
+        if not self.seen_holding(newest):
             raise FencedOut(self.fence, newest)
-        self.confirm()
+
+    def seen_holding(self, newest: int | None) -> bool:
+        """Whether the fence holds at the workflow's ``newest`` epoch, just read (then it
+        is confirmed): every answer of this guard is this one."""
+        held = self.fence.holds(newest)
+        if held:
+            self.confirm()
+        return held
 
     async def __call__(self, action: str) -> None:
         if self.fresh:
@@ -56,17 +63,17 @@ class FenceGuard:
 
     async def newer(self) -> WorkflowRecord | None:
         """The workflow as the store holds it, if a newer epoch than this fence's holds
-        it (a run took it over, or the sweep ended it); else ``None`` (a read)."""
+        it (a run took it over, or the sweep ended it); else ``None`` (a read). Epochs
+        only grow, so any epoch but this fence's is a newer one."""
         workflow = await self._read()
-        return workflow if workflow is not None and workflow.epoch > self.fence.epoch else None
+        if workflow is None or self.seen_holding(workflow.epoch):
+            return None
+        return workflow
 
     async def holds(self) -> bool:
         """Whether this fence is still the workflow's newest epoch (a read)."""
         workflow = await self._read()
-        if workflow is None or workflow.epoch != self.fence.epoch:
-            return False
-        self.confirm()
-        return True
+        return self.seen_holding(workflow.epoch if workflow else None)
 
     async def _read(self) -> WorkflowRecord | None:
         return await self.store.get_workflow(self.fence.tenant, self.fence.workflow_id)

@@ -73,6 +73,11 @@ class Fence(Record):
     workflow_id: str
     epoch: int
 
+    def holds(self, newest: int | None) -> bool:
+        """The fencing rule, the one place it is written: a run may act while its epoch
+        is the workflow's ``newest`` (``None``: the workflow is not there)."""
+        return newest is not None and newest == self.epoch
+
 
 RecoveryReason = Literal["hard_crash", "timeout", "abort"]
 JournalState = Literal["submitting", "resumed", "cut-short"]

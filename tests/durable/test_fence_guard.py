@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from coder_chat.durable.fence import FenceGuard
+from coder_chat.durable.records import Fence
 from coder_chat.durable.store import DurableStore, FencedOut
 
 from .backends import T
@@ -30,3 +31,20 @@ async def test_a_workflow_gone_from_the_store_is_held_by_no_one(store: DurableSt
     guard = FenceGuard(store, await store.begin_run(T, "wf"))
     other = FenceGuard(store, guard.fence.model_copy(update={"workflow_id": "never-begun"}))
     assert not await other.holds() and await other.newer() is None
+
+
+async def test_every_read_that_finds_the_fence_holding_confirms_it(store: DurableStore) -> None:
+    for ask in ("holds", "newer"):
+        guard = FenceGuard(store, await store.begin_run(T, f"wf-{ask}"), fresh_for=60)
+        assert not guard.fresh
+        await getattr(guard, ask)()
+        assert guard.fresh, ask  # the next action costs no read
+    superseded = FenceGuard(store, await store.begin_run(T, "wf-taken"), fresh_for=60)
+    await store.begin_run(T, "wf-taken")
+    assert await superseded.newer() is not None and not superseded.fresh
+
+
+def test_the_fencing_rule_holds_only_at_the_fences_own_epoch() -> None:
+    fence = Fence(tenant=T, workflow_id="wf", epoch=3)
+    assert fence.holds(3)
+    assert not fence.holds(4) and not fence.holds(None)
