@@ -1,7 +1,7 @@
 """Transport events: what the client did on the wire, for logs and metrics.
 
-Pass ``on_transport_event=callback`` to :class:`~coder_chat.ChatClient` or
-:class:`~coder_chat.ChatSession`. The callback is called synchronously; whatever
+Pass ``on_transport_event=callback`` to :class:`~coder_chat.ChatClient` (or to
+:meth:`~coder_chat.ChatSession.connect`). The callback is called synchronously; whatever
 it raises is swallowed, so observability can never disturb a turn. No event
 carries the session token.
 
@@ -29,80 +29,76 @@ def next_reader_id() -> int:
 
 
 @dataclass(frozen=True)
-class HttpRequest:
+class _HttpCall:
+    """What every HTTP event names: the operation and its request line."""
+
     op: str
     method: str
     path: str
+
+
+@dataclass(frozen=True)
+class HttpRequest(_HttpCall):
     type: Literal["http:request"] = "http:request"
 
 
 @dataclass(frozen=True)
-class HttpResponse:
-    op: str
-    method: str
-    path: str
+class HttpResponse(_HttpCall):
     status: int
     duration: float
     type: Literal["http:response"] = "http:response"
 
 
 @dataclass(frozen=True)
-class HttpError:
-    op: str
-    method: str
-    path: str
+class HttpError(_HttpCall):
     error: str
     duration: float
     type: Literal["http:error"] = "http:error"
 
 
 @dataclass(frozen=True)
-class WsDial:
+class _StreamReader:
+    """What every stream event names: the chat and the reader (one per dialled socket)."""
+
     chat_id: str
     reader: int
+
+
+@dataclass(frozen=True)
+class WsDial(_StreamReader):
     attempt: int
     after_id: int | None
     type: Literal["ws:dial"] = "ws:dial"
 
 
 @dataclass(frozen=True)
-class WsOpen:
-    chat_id: str
-    reader: int
+class WsOpen(_StreamReader):
     attempt: int
     type: Literal["ws:open"] = "ws:open"
 
 
 @dataclass(frozen=True)
-class WsEvent:
-    chat_id: str
-    reader: int
+class WsEvent(_StreamReader):
     event_type: str
     forwarded: bool
     type: Literal["ws:event"] = "ws:event"
 
 
 @dataclass(frozen=True)
-class WsClose:
-    chat_id: str
-    reader: int
+class WsClose(_StreamReader):
     code: int | None
     reason: str
     type: Literal["ws:close"] = "ws:close"
 
 
 @dataclass(frozen=True)
-class WsError:
-    chat_id: str
-    reader: int
+class WsError(_StreamReader):
     error: str
     type: Literal["ws:error"] = "ws:error"
 
 
 @dataclass(frozen=True)
-class WsRedial:
-    chat_id: str
-    reader: int
+class WsRedial(_StreamReader):
     consecutive_failures: int
     max_consecutive_failures: int
     backoff: float
@@ -110,16 +106,20 @@ class WsRedial:
 
 
 @dataclass(frozen=True)
-class SegmentStart:
+class _Segment:
+    """What every segment event names: its number in the session, and its chat."""
+
     segment: int
     chat_id: str | None
+
+
+@dataclass(frozen=True)
+class SegmentStart(_Segment):
     type: Literal["segment:start"] = "segment:start"
 
 
 @dataclass(frozen=True)
-class SegmentSettle:
-    segment: int
-    chat_id: str | None
+class SegmentSettle(_Segment):
     duration: float
     status: str | None = None
     finish_reason: str | None = None

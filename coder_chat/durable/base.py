@@ -41,6 +41,7 @@ from ..errors import CoderConfigError, CoderStoreError
 from .records import (
     ChatRecord,
     Fence,
+    FencedOut,
     JournalEntry,
     LedgerEntry,
     StepRecord,
@@ -49,7 +50,6 @@ from .records import (
     WorkflowState,
     utcnow,
 )
-from .store import FencedOut
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -216,17 +216,23 @@ def step_view_of(
 UNFLUSHED = frozenset({"complete_step", "save_checkpoint", "heartbeat"})
 
 
-class BaseStore(ABC):
-    """Every method of :class:`~.store.DurableStore`, over a backend's transactions.
+class DurableStore(ABC):
+    """Checkpoints, finished steps, journal, discarded chats and the tool ledger: every
+    method a durable store has, written once over a backend's transactions.
 
-    A subclass implements :meth:`_transact` (and :meth:`close`). Writes go through
+    A backend implements :meth:`_transact` (and :meth:`close`). Writes go through
     :meth:`_write`, which counts the commit in :attr:`commits` once it succeeded, and
     in :attr:`flushes` when it reached the disk before returning.
     """
 
-    #: Write transactions this object has committed (migrations are not counted).
+    #: Write transactions this object has committed (tests and benchmarks count them):
+    #: one per successful write call, counted after its commit; reads and schema
+    #: migrations never count.
     commits: int
-    #: Of those, the ones flushed to disk before they returned.
+    #: Of those, the ones flushed to disk before they returned. The others (a finished
+    #: step, a checkpoint, a heartbeat, in a store that defers them) survive a killed
+    #: process too; only a machine that loses power may take them back, until a later
+    #: flushed write or the system's own writeback makes them durable.
     flushes: int
     #: Whether writes asked not to flush return before reaching the disk.
     defers_flushes: ClassVar[bool] = False
@@ -241,6 +247,7 @@ class BaseStore(ABC):
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` was called (a closed store refuses every operation)."""
         return self._closed
 
     @abstractmethod
@@ -267,6 +274,7 @@ class BaseStore(ABC):
         return await self._transact(doing, op, write=False)
 
     async def store_id(self) -> str:
+        """The store's own id, made when it was created; the same in every process."""
         if self._store_id is None:
             found = await self._read("store_id", lambda tx: tx.store_id())
             if found is None:
@@ -284,6 +292,7 @@ class BaseStore(ABC):
         flow_run_id: str | None = None,
         archive_at_end: bool = True,
     ) -> Fence:
+        """Take the workflow's next epoch (creating it if new), mark it running, beat."""
         now = utcnow()
         run: Changes = {
             "state": WorkflowState.RUNNING,
@@ -315,6 +324,7 @@ class BaseStore(ABC):
     async def save_checkpoint(
         self, fence: Fence, chat_id: str, last_seen_message_id: int | None
     ) -> None:
+        """The checkpoint ``(chat_id, last_seen_message_id)``."""
         checkpoint = {"chat_id": chat_id, "last_seen_message_id": last_seen_message_id}
         await self._update_workflow(fence, checkpoint, "save_checkpoint")
 
@@ -329,9 +339,11 @@ class BaseStore(ABC):
         await self._update_workflow(fence, {"state": state}, "finish")
 
     async def save_inputs(self, fence: Fence, inputs: Sequence[Any]) -> None:
+        """What the workflow was told between turns, in order (JSON values), all of it."""
         await self._update_workflow(fence, {"inputs": list(inputs)}, "save_inputs")
 
     async def save_patches(self, fence: Fence, patches: Mapping[str, bool]) -> None:
+        """Every patch the workflow met and what it decided, all of them."""
         await self._update_workflow(fence, {"patches": dict(patches)}, "save_patches")
 
     async def list_workflows(
@@ -342,6 +354,7 @@ class BaseStore(ABC):
         states: Sequence[WorkflowState] | None = None,
         stale_before: datetime | None = None,
     ) -> list[WorkflowRecord]:
+        """Workflows by deployment and state; ``stale_before`` keeps those whose heartbeat is older."""
         return await self._read(
             "list_workflows",
             lambda tx: tx.workflows(tenant, deployment, states or (), stale_before),
@@ -349,6 +362,12 @@ class BaseStore(ABC):
 
     # -- finished steps ------------------------------------------------------------------
     async def complete_step(self, fence: Fence, record: StepRecord) -> None:
+        """A finished step: its result and the checkpoint it leaves, in one transaction.
+
+        The checkpoint becomes ``(record.chat_id, record.last_seen_message_id)``; the
+        step's row is written (or replaced). Fenced like every durable write: a
+        superseded run writes neither.
+        """
         if (record.tenant, record.workflow_id) != (fence.tenant, fence.workflow_id):
             raise CoderConfigError(
                 f"step {record.step} of workflow {record.workflow_id!r} (tenant "
@@ -369,9 +388,24 @@ class BaseStore(ABC):
         return await self._read("get_step", lambda tx: tx.step(tenant, workflow_id, step))
 
     async def get_step_view(self, tenant: str, workflow_id: str, step: int) -> StepView:
+        """Everything a step reads before it acts, in one read from one snapshot.
+
+        It answers what :meth:`get_step`, :meth:`get_workflow`, :meth:`get_chat` (of the
+        checkpointed chat) and :meth:`get_step` of ``step - 1`` would, in one call: one
+        statement, one round trip on Postgres; one trip to the store's thread and one
+        read transaction on SQLite. The fields (all None when absent):
+
+        - ``step``: this step's :class:`StepRecord` if it finished before;
+        - ``workflow``: the :class:`WorkflowRecord`, with the epoch, the state and the
+          checkpoint (``chat_id``, ``last_seen_message_id``);
+        - ``journal``: the latest :class:`JournalEntry` of the checkpointed chat;
+        - ``previous_chat_id``: the chat on which step ``step - 1`` finished (None for
+          step 1).
+        """
         return await self._read("get_step_view", lambda tx: tx.step_view(tenant, workflow_id, step))
 
     async def list_steps(self, tenant: str, workflow_id: str) -> list[StepRecord]:
+        """The workflow's finished steps, by step number."""
         return await self._read("list_steps", lambda tx: tx.steps(tenant, workflow_id))
 
     # -- chats ---------------------------------------------------------------------------
@@ -391,6 +425,7 @@ class BaseStore(ABC):
         await self._write(doing, op)
 
     async def write_journal(self, fence: Fence, chat_id: str, entry: JournalEntry) -> None:
+        """Write-ahead of a send or a recovery verdict; replaces the chat's entry."""
         await self._update_chat(fence, chat_id, {"journal": entry}, "write_journal")
 
     async def mark_discarded(self, fence: Fence, chat_id: str) -> None:
@@ -400,6 +435,7 @@ class BaseStore(ABC):
         return await self._read("list_chats", lambda tx: tx.chats(tenant, discarded))
 
     async def list_workflow_chats(self, tenant: str, workflow_id: str) -> list[ChatRecord]:
+        """The chats journaled for one workflow (each with its latest journal entry)."""
         return await self._read(
             "list_workflow_chats", lambda tx: tx.workflow_chats(tenant, workflow_id)
         )
@@ -413,6 +449,7 @@ class BaseStore(ABC):
         states: Sequence[WorkflowState | str] | None = None,
         deployment: str | None = None,
     ) -> list[WorkflowRecord]:
+        """What :meth:`prune_workflows` would delete now, by workflow id (a read)."""
         rule = prune_rule(tenant, ended_before, states, deployment)
         return await self._read("list_prunable", lambda tx: tx.prunable(rule))
 
@@ -424,6 +461,14 @@ class BaseStore(ABC):
         states: Sequence[WorkflowState | str] | None = None,
         deployment: str | None = None,
     ) -> list[str]:
+        """Delete ended workflows last written before ``ended_before``, in one write.
+
+        ``states`` default to every ended state (finished, failed, cancelled); ``running`` is
+        refused (:class:`~coder_chat.errors.CoderConfigError`), and the store's own SQL never
+        takes a running workflow nor the sweep's records (``prefect-coder-sweep…``) whatever
+        it is asked. With each workflow go its finished steps, its chats' journal rows and
+        the tool ledger entries of every chat it names. Returns the ids deleted, sorted.
+        """
         rule = prune_rule(tenant, ended_before, states, deployment)
         return await self._write("prune_workflows", lambda tx: tx.prune(rule))
 
@@ -438,6 +483,10 @@ class BaseStore(ABC):
         marker: str = "",
         args_digest: str = "",
     ) -> tuple[bool, LedgerEntry]:
+        """Write ``committing`` unless an entry exists; exactly one racing writer wins.
+
+        Returns ``(won, entry)``: the new entry, or the one already there.
+        """
         entry = LedgerEntry(
             tenant=fence.tenant,
             chat_id=chat_id,

@@ -1,7 +1,7 @@
 """``PostgresStore``: the durable store in PostgreSQL, through asyncpg.
 
 It behaves like :class:`~coder_chat.durable.sqlite.SqliteStore`: the domain rules
-(fencing, epochs, the ledger, finished steps) are :class:`~.base.BaseStore`'s, and
+(fencing, epochs, the ledger, finished steps) are :class:`~.base.DurableStore`'s, and
 this module holds the SQL, the pools, the transactions and the migrations. The
 store lives in its own Postgres schema (``prefect_coder`` unless told otherwise),
 so it can share a database.
@@ -58,7 +58,7 @@ from asyncpg.pool import PoolConnectionProxy
 from pydantic import BaseModel
 
 from ..errors import CoderConfigError, CoderStoreError
-from .base import SWEEP_PREFIX, BaseStore, Changes, Op, PruneRule, parse_row, step_view_of
+from .base import SWEEP_PREFIX, Changes, DurableStore, Op, PruneRule, parse_row, step_view_of
 from .records import (
     ChatRecord,
     Fence,
@@ -277,7 +277,7 @@ def _abandon(entry: _LoopPool) -> None:
         closer.close()
 
 
-class PostgresStore(BaseStore):
+class PostgresStore(DurableStore):
     """The durable store in Postgres. Create it, use it from any loop, ``await close()``."""
 
     def __init__(

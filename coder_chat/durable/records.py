@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import CoderConfigError
+from ..errors import CoderConfigError, CoderStoreError
 
 
 def utcnow() -> datetime:
@@ -243,3 +243,24 @@ def _prompt_changed(
 def _quoted(prompt: str, limit: int = 160) -> str:
     flat = " ".join(prompt.split())
     return repr(flat if len(flat) <= limit else flat[: limit - 1] + "…")
+
+
+#: The schema version this code writes; a store holding a newer one is refused.
+SCHEMA_VERSION = 5
+
+
+class FencedOut(CoderStoreError):
+    """A newer run took the workflow: this run must stop acting."""
+
+    def __init__(self, fence: Fence, current: int | None) -> None:
+        self.fence = fence
+        self.current = current
+        super().__init__(
+            f"workflow {fence.workflow_id!r}: epoch {fence.epoch} was superseded "
+            f"(newest is {current}); this run may no longer act",
+            retryable=False,
+        )
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keep the type through pickling (Prefect persists a failed task's exception).
+        return (FencedOut, (self.fence, self.current))

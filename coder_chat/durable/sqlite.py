@@ -14,7 +14,7 @@ from any event loop (Prefect runs tasks on several). Work reaches the thread on 
 plain queue and its outcome comes back to the asking loop in one callback per batch:
 a tenth of the cost of a thread pool's futures (each made of locks and conditions).
 
-The domain rules live in :class:`~.base.BaseStore`; this module holds the SQL.
+The domain rules live in :class:`~.base.DurableStore`; this module holds the SQL.
 An operation's transaction methods are ``async def`` but never suspend, so the
 store's thread runs a whole operation to its end inside one ``BEGIN IMMEDIATE``
 (:func:`run_now`), without an event loop.
@@ -42,8 +42,8 @@ from typing import Any, TypeVar
 from ..errors import CoderStoreError
 from .base import (
     SWEEP_PREFIX,
-    BaseStore,
     Changes,
+    DurableStore,
     Op,
     PruneRule,
     fence_holds,
@@ -108,7 +108,7 @@ INSERT INTO meta (key, value) VALUES ('store_id', :store_id);
 assert max(MIGRATIONS) == SCHEMA_VERSION, "every schema version needs its migration"
 
 
-class SqliteStore(BaseStore):
+class SqliteStore(DurableStore):
     """The durable store in one SQLite file. Create it, use it, ``await close()``."""
 
     def __init__(self, path: str | Path) -> None:

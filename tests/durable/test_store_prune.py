@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from coder_chat.durable.base import ENDED_STATES, SWEEP_PREFIX, BaseStore, PruneRule
+from coder_chat.durable.base import ENDED_STATES, SWEEP_PREFIX, PruneRule
 from coder_chat.durable.records import JournalEntry, WorkflowState
 from coder_chat.durable.store import DurableStore, FencedOut
 from coder_chat.durable.sweep import SWEEP_WORKFLOW, sweep_workflow_id
@@ -204,7 +204,7 @@ async def test_the_sql_itself_refuses_running_workflows(backend: Backend) -> Non
     """Past the rule's own check (a rule built by hand that names ``running``): the
     backend's SQL still takes no running workflow and no sweep record."""
     store = backend.open()
-    assert isinstance(store, BaseStore)
+    assert isinstance(store, DurableStore)
     await seed_workflow(store, T, "old-running", state=None)
     lease = await store.begin_run(T, sweep_workflow_id("prod"))
     await store.finish(lease, WorkflowState.FINISHED)
