@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
 import httpx
@@ -406,21 +406,21 @@ def _api_error(response: httpx.Response, method: str, path: str) -> CoderApiErro
 
 
 def _parse_model(model: type[M], response: httpx.Response) -> M:
-    try:
-        return model.model_validate_json(response.content)
-    except ValidationError as exc:
-        raise CoderTransportError(
-            f"{response.request.method} {response.request.url.path}",
-            f"unexpected response body: {exc.error_count()} problem(s)",
-        ) from None
+    return _parsed(model.model_validate_json, response)
 
 
 T = TypeVar("T")
 
 
 def _parse(adapter: TypeAdapter[T], response: httpx.Response) -> T:
+    return _parsed(adapter.validate_json, response)
+
+
+def _parsed(validate: Callable[[bytes], T], response: httpx.Response) -> T:
+    """The response body as ``validate`` reads it; a body that does not fit is the
+    transport's failure, not the caller's."""
     try:
-        return adapter.validate_json(response.content)
+        return validate(response.content)
     except ValidationError as exc:
         raise CoderTransportError(
             f"{response.request.method} {response.request.url.path}",

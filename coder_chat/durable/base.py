@@ -79,6 +79,18 @@ class PruneRule:
     deployment: str | None = None
 
 
+@dataclass(frozen=True)
+class WorkflowQuery:
+    """Which workflows a listing reads: of ``tenant``, of ``deployment`` when given, in
+    one of ``states`` (empty: every state), whose heartbeat is older than
+    ``stale_before`` when given."""
+
+    tenant: str
+    deployment: str | None = None
+    states: tuple[WorkflowState, ...] = ()
+    stale_before: datetime | None = None
+
+
 class Transaction(Protocol):
     """Reads and fenced writes of the store's rows, for one operation.
 
@@ -93,14 +105,8 @@ class Transaction(Protocol):
     # -- reads
     async def workflow(self, tenant: str, workflow_id: str) -> WorkflowRecord | None: ...
 
-    async def workflows(
-        self,
-        tenant: str,
-        deployment: str | None,
-        states: Sequence[WorkflowState],
-        stale_before: datetime | None,
-    ) -> list[WorkflowRecord]:
-        """By workflow id (code-point order); empty ``states`` means every state."""
+    async def workflows(self, query: WorkflowQuery) -> list[WorkflowRecord]:
+        """By workflow id (code-point order)."""
         ...
 
     async def chat(self, tenant: str, chat_id: str) -> ChatRecord | None: ...
@@ -355,9 +361,10 @@ class DurableStore(ABC):
         stale_before: datetime | None = None,
     ) -> list[WorkflowRecord]:
         """Workflows by deployment and state; ``stale_before`` keeps those whose heartbeat is older."""
+        query = WorkflowQuery(tenant, deployment, tuple(states or ()), stale_before)
         return await self._read(
             "list_workflows",
-            lambda tx: tx.workflows(tenant, deployment, states or (), stale_before),
+            lambda tx: tx.workflows(query),
         )
 
     # -- finished steps ------------------------------------------------------------------

@@ -45,10 +45,10 @@ import hashlib
 import re
 import select
 import threading
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 from contextlib import suppress
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any, NoReturn, TypeAlias, TypeVar
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
@@ -58,7 +58,16 @@ from asyncpg.pool import PoolConnectionProxy
 from pydantic import BaseModel
 
 from ..errors import CoderConfigError, CoderStoreError
-from .base import SWEEP_PREFIX, Changes, DurableStore, Op, PruneRule, parse_row, step_view_of
+from .base import (
+    SWEEP_PREFIX,
+    Changes,
+    DurableStore,
+    Op,
+    PruneRule,
+    WorkflowQuery,
+    parse_row,
+    step_view_of,
+)
 from .records import (
     ChatRecord,
     Fence,
@@ -66,7 +75,6 @@ from .records import (
     StepRecord,
     StepView,
     WorkflowRecord,
-    WorkflowState,
 )
 from .store import SCHEMA_VERSION
 
@@ -683,23 +691,17 @@ class _PgTransaction:
         )
         return None if body is None else parse_row(WorkflowRecord, body, "workflows")
 
-    async def workflows(
-        self,
-        tenant: str,
-        deployment: str | None,
-        states: Sequence[WorkflowState],
-        stale_before: datetime | None,
-    ) -> list[WorkflowRecord]:
+    async def workflows(self, query: WorkflowQuery) -> list[WorkflowRecord]:
         sql = f"SELECT body FROM {self._sql.s}.workflows WHERE tenant = $1"
-        args: list[Any] = [tenant]
-        if deployment is not None:
-            args.append(deployment)
+        args: list[Any] = [query.tenant]
+        if query.deployment is not None:
+            args.append(query.deployment)
             sql += f" AND deployment = ${len(args)}"
-        if states:
-            args.append([str(s) for s in states])
+        if query.states:
+            args.append([str(s) for s in query.states])
             sql += f" AND state = ANY(${len(args)}::text[])"
-        if stale_before is not None:
-            args.append(stale_before.astimezone(UTC))
+        if query.stale_before is not None:
+            args.append(query.stale_before.astimezone(UTC))
             sql += f" AND heartbeat_at < ${len(args)}"
         bodies = await self._bodies(sql + " ORDER BY workflow_id", *args)
         return [parse_row(WorkflowRecord, body, "workflows") for body in bodies]

@@ -39,6 +39,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pydantic import BaseModel
+
 from ..errors import CoderStoreError
 from .base import (
     SWEEP_PREFIX,
@@ -46,6 +48,7 @@ from .base import (
     DurableStore,
     Op,
     PruneRule,
+    WorkflowQuery,
     fence_holds,
     parse_row,
     step_view_of,
@@ -57,7 +60,6 @@ from .records import (
     StepRecord,
     StepView,
     WorkflowRecord,
-    WorkflowState,
 )
 from .store import SCHEMA_VERSION
 
@@ -404,24 +406,18 @@ class _SqliteTransaction:
         self._put_workflow(record)
         return record
 
-    async def workflows(
-        self,
-        tenant: str,
-        deployment: str | None,
-        states: Sequence[WorkflowState],
-        stale_before: datetime | None,
-    ) -> list[WorkflowRecord]:
+    async def workflows(self, query: WorkflowQuery) -> list[WorkflowRecord]:
         sql = "SELECT body FROM workflows WHERE tenant = ?"
-        args: list[object] = [tenant]
-        if deployment is not None:
+        args: list[object] = [query.tenant]
+        if query.deployment is not None:
             sql += " AND deployment = ?"
-            args.append(deployment)
-        if states:
-            sql += f" AND state IN ({','.join('?' * len(states))})"
-            args += [str(s) for s in states]
-        if stale_before is not None:
+            args.append(query.deployment)
+        if query.states:
+            sql += f" AND state IN ({','.join('?' * len(query.states))})"
+            args += [str(s) for s in query.states]
+        if query.stale_before is not None:
             sql += " AND heartbeat_at < ?"
-            args.append(_stamp(stale_before))
+            args.append(_stamp(query.stale_before))
         bodies = self._bodies(sql + " ORDER BY workflow_id", args)
         return [parse_row(WorkflowRecord, body, "workflows") for body in bodies]
 
@@ -619,36 +615,26 @@ def _prune_where(rule: PruneRule) -> tuple[str, dict[str, object]]:
     return where, args
 
 
+def _row(record: BaseModel, *columns: str, **computed: object) -> dict[str, object]:
+    """A record as its table's row: its key columns as they are, the ``computed`` ones,
+    and the whole record as the JSON ``body``."""
+    row = {name: getattr(record, name) for name in columns}
+    return {**row, **computed, "body": record.model_dump_json()}
+
+
 def _workflow_row(record: WorkflowRecord) -> dict[str, object]:
-    return {
-        "tenant": record.tenant,
-        "workflow_id": record.workflow_id,
-        "epoch": record.epoch,
-        "state": str(record.state),
-        "deployment": record.deployment,
-        "heartbeat_at": _stamp(record.heartbeat_at) if record.heartbeat_at else None,
-        "body": record.model_dump_json(),
-    }
+    beat = _stamp(record.heartbeat_at) if record.heartbeat_at else None
+    columns = ("tenant", "workflow_id", "epoch", "deployment")
+    return _row(record, *columns, state=str(record.state), heartbeat_at=beat)
 
 
 def _chat_row(record: ChatRecord) -> dict[str, object]:
-    return {
-        "tenant": record.tenant,
-        "chat_id": record.chat_id,
-        "workflow_id": record.workflow_id,
-        "discarded": int(record.discarded),
-        "body": record.model_dump_json(),
-    }
+    discarded = int(record.discarded)
+    return _row(record, "tenant", "chat_id", "workflow_id", discarded=discarded)
 
 
 def _ledger_row(entry: LedgerEntry) -> dict[str, object]:
-    return {
-        "tenant": entry.tenant,
-        "chat_id": entry.chat_id,
-        "tool_call_id": entry.tool_call_id,
-        "state": entry.state,
-        "body": entry.model_dump_json(),
-    }
+    return _row(entry, "tenant", "chat_id", "tool_call_id", "state")
 
 
 def _stamp(moment: datetime) -> str:
