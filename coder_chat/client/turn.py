@@ -112,53 +112,43 @@ class Turn:
 
     async def segment(self, submit: Callable[[], Awaitable[None]]) -> None:
         """Submit, then read until settled; bounded by ``request_timeout`` as one clock."""
-        number, chat_id = self.session.next_segment(), self.session.chat_id
-        emit = self.client.emit
-        emit(SegmentStart(number, chat_id))
+        number, emit = self.session.next_segment(), self.client.emit
+        emit(SegmentStart(number, self.session.chat_id))
         started = time.monotonic()
-        try:
-            try:
-                async with asyncio.timeout(self.options.request_timeout) as clock:
-                    await submit()
-                    await self.read_until_settled()
-            except TimeoutError:
-                if not clock.expired():
-                    raise
-                raise await self.timed_out() from None
-        except BaseException as exc:
+
+        def settled(status: str | None, failure: BaseException | None = None) -> None:
             emit(
                 SegmentSettle(
                     number,
                     self.session.chat_id,
                     time.monotonic() - started,
-                    status=self.translator.status,
-                    error_name=type(exc).__name__,
-                    error_message=str(exc),
+                    status=status,
+                    finish_reason=self.translator.finish if failure is None else None,
+                    error_name=None if failure is None else type(failure).__name__,
+                    error_message=None if failure is None else str(failure),
                 )
             )
+
+        try:
+            await self.submit_and_read(submit)
+        except BaseException as exc:
+            settled(self.translator.status, exc)
             raise
         if self.translator.finish == "error":
             error = self.chat_error(self.translator.error)
-            emit(
-                SegmentSettle(
-                    number,
-                    self.session.chat_id,
-                    time.monotonic() - started,
-                    status="error",
-                    error_name=type(error).__name__,
-                    error_message=str(error),
-                )
-            )
+            settled("error", error)
             raise error
-        emit(
-            SegmentSettle(
-                number,
-                self.session.chat_id,
-                time.monotonic() - started,
-                status=self.translator.status,
-                finish_reason=self.translator.finish,
-            )
-        )
+        settled(self.translator.status)
+
+    async def submit_and_read(self, submit: Callable[[], Awaitable[None]]) -> None:
+        try:
+            async with asyncio.timeout(self.options.request_timeout) as clock:
+                await submit()
+                await self.read_until_settled()
+        except TimeoutError:
+            if not clock.expired():
+                raise
+            raise await self.timed_out() from None
 
     # -- submitting -----------------------------------------------------------------------
     async def submit_prompt(self) -> None:

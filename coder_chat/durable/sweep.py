@@ -193,18 +193,24 @@ async def take_sweep_lease(
     return await store.begin_run(tenant, sweep_id, deployment=deployment, flow_run_id=flow_run_id)
 
 
-async def mark_failed(store: DurableStore, workflow: WorkflowRecord) -> None:
-    """Record that a workflow's last run failed, when that run could not say so itself.
-
-    Taking the next epoch first fences that run out, should it still be writing.
-    """
-    fence = await store.begin_run(
+async def take_over(store: DurableStore, workflow: WorkflowRecord) -> Fence:
+    """The workflow's next epoch, taken as it stands (its deployment, flow run and wish to
+    be archived): the run that held it is fenced out, should it still be writing."""
+    return await store.begin_run(
         workflow.tenant,
         workflow.workflow_id,
         deployment=workflow.deployment,
         flow_run_id=workflow.flow_run_id,
         archive_at_end=workflow.archive_at_end,
     )
+
+
+async def mark_failed(store: DurableStore, workflow: WorkflowRecord) -> None:
+    """Record that a workflow's last run failed, when that run could not say so itself.
+
+    Taking the next epoch first fences that run out, should it still be writing.
+    """
+    fence = await take_over(store, workflow)
     await store.finish(fence, WorkflowState.FAILED)
 
 
@@ -228,13 +234,7 @@ async def end_cancelled(
     whose tool is not here) is left for a later sweep, which retires the chats of ended
     workflows; the workflow is stored cancelled all the same.
     """
-    fence = await store.begin_run(
-        workflow.tenant,
-        workflow.workflow_id,
-        deployment=workflow.deployment,
-        flow_run_id=workflow.flow_run_id,
-        archive_at_end=workflow.archive_at_end,
-    )
+    fence = await take_over(store, workflow)
 
     def context(step: int) -> StepContext:
         return StepContext(client, store, fence, workflow.workflow_id, step, tools, options, report)

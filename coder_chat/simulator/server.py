@@ -223,10 +223,12 @@ def create(config: SimulatorConfig | None = None) -> tuple[Engine, Starlette, li
 
 
 @contextlib.asynccontextmanager
-async def serve_simulator(
-    config: SimulatorConfig | None = None, *, host: str = "127.0.0.1", port: int = 0
-) -> AsyncIterator[Simulator]:
-    """Run the simulator inside this event loop until the block exits."""
+async def _running(
+    config: SimulatorConfig | None, host: str, port: int
+) -> AsyncIterator[tuple[Engine, InProcessServer, asyncio.Task[None], str]]:
+    """The simulator served on a socket of its own, once it accepts connections: its
+    engine, its server, the task serving, and its base URL. On exit the engine closes
+    first (its streams end, so the server's shutdown waits for none), then the server."""
     engine, app, holder = create(config)
     sock = _bind(host, port)
     server = InProcessServer(_uvicorn_config(app, host, port))
@@ -237,8 +239,7 @@ async def serve_simulator(
             if task.done():
                 task.result()
             await asyncio.sleep(0.005)
-        bound_port = sock.getsockname()[1]
-        yield Simulator(engine, f"http://{host}:{bound_port}")
+        yield engine, server, task, f"http://{host}:{sock.getsockname()[1]}"
     finally:
         engine.faults.clear()
         await engine.close()
@@ -247,24 +248,20 @@ async def serve_simulator(
         sock.close()
 
 
+@contextlib.asynccontextmanager
+async def serve_simulator(
+    config: SimulatorConfig | None = None, *, host: str = "127.0.0.1", port: int = 0
+) -> AsyncIterator[Simulator]:
+    """Run the simulator inside this event loop until the block exits."""
+    async with _running(config, host, port) as (engine, _, _, url):
+        yield Simulator(engine, url)
+
+
 async def run_forever(config: SimulatorConfig, host: str, port: int, ready: Any) -> None:
     """Serve until SIGINT or SIGTERM (the ``prefect-coder simulator`` command)."""
-    engine, app, holder = create(config)
-    sock = _bind(host, port)
-    server = InProcessServer(_uvicorn_config(app, host, port))
-    holder.append(server)
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, server.stop)
-    task = asyncio.create_task(server.serve(sockets=[sock]))
-    try:
-        while not server.started:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.005)
-        ready(f"http://{host}:{sock.getsockname()[1]}")
+    async with _running(config, host, port) as (_, server, task, url):
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, server.stop)
+        ready(url)
         await task
-    finally:
-        engine.faults.clear()
-        await engine.close()
-        sock.close()
