@@ -25,6 +25,20 @@ from __future__ import annotations
 class CoderError(Exception):
     """Root of every error this library raises."""
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Prefect persists a failed task's exception: keep its type and every attribute.
+        # The subclasses' constructors differ (keyword-only arguments), so none is called.
+        return (_rebuild, (type(self), self.args, self.__dict__.copy()))
+
+
+def _rebuild(
+    kind: type[CoderError], args: tuple[object, ...], state: dict[str, object]
+) -> CoderError:
+    error = kind.__new__(kind)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 class CoderConfigError(CoderError, ValueError):
     """Arguments that can never work (a cursor without a chat id, a bad tool)."""
@@ -49,9 +63,6 @@ class CoderApiError(CoderError):
         text = f"Coder API {method} {path} failed ({status}): {message}"
         super().__init__(f"{text} — {detail}" if detail else text)
 
-    def __reduce__(self) -> tuple[type[CoderApiError], tuple[int, str, str, str, str | None]]:
-        return (CoderApiError, (self.status, self.method, self.path, self.message, self.detail))
-
 
 class CoderTransportError(CoderError):
     """The network failed before an HTTP answer arrived (or the socket broke).
@@ -65,13 +76,6 @@ class CoderTransportError(CoderError):
         self.reason = reason
         self.sent = sent
         super().__init__(f"{operation} failed: {reason}")
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_transport_error, (self.operation, self.reason, self.sent))
-
-
-def _rebuild_transport_error(operation: str, reason: str, sent: bool) -> CoderTransportError:
-    return CoderTransportError(operation, reason, sent=sent)
 
 
 class CoderChatError(CoderError):
@@ -103,16 +107,6 @@ class CoderChatError(CoderError):
         self.detail = detail
         super().__init__(f"{message}: {detail}" if detail else message)
 
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_chat_error, (self.message, vars(self).copy()))
-
-
-def _rebuild_chat_error(message: str, state: dict[str, object]) -> CoderChatError:
-    error = CoderChatError.__new__(CoderChatError)
-    Exception.__init__(error, message)
-    error.__dict__.update(state)
-    return error
-
 
 class CoderStreamError(CoderError):
     """The chat's stream could not be re-established within its redial budget.
@@ -127,13 +121,6 @@ class CoderStreamError(CoderError):
         self.chat_id = chat_id
         self.retryable = retryable
         super().__init__(message)
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_stream_error, (str(self), self.chat_id, self.retryable))
-
-
-def _rebuild_stream_error(message: str, chat_id: str | None, retryable: bool) -> CoderStreamError:
-    return CoderStreamError(message, chat_id=chat_id, retryable=retryable)
 
 
 class CoderToolError(CoderError):
@@ -153,9 +140,6 @@ class CoderToolError(CoderError):
             "it is run again under the same idempotency key"
         )
 
-    def __reduce__(self) -> tuple[object, ...]:
-        return (CoderToolError, (self.tool_name, self.tool_call_id, self.reason))
-
 
 class CoderStoreError(CoderError):
     """A durable store failed; ``retryable`` when trying again may succeed."""
@@ -163,10 +147,3 @@ class CoderStoreError(CoderError):
     def __init__(self, message: str, *, retryable: bool = False) -> None:
         self.retryable = retryable
         super().__init__(message)
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_rebuild_store_error, (str(self), self.retryable))
-
-
-def _rebuild_store_error(message: str, retryable: bool) -> CoderStoreError:
-    return CoderStoreError(message, retryable=retryable)

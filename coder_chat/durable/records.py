@@ -230,15 +230,6 @@ class PromptChanged(CoderConfigError):
             "answers; use a new workflow id to run different prompts."
         )
 
-    def __reduce__(self) -> tuple[object, ...]:
-        return (_prompt_changed, (self.workflow_id, self.step, self.ran, self.asked, self.finished))
-
-
-def _prompt_changed(
-    workflow_id: str, step: int, ran: str | None, asked: str, finished: bool
-) -> PromptChanged:
-    return PromptChanged(workflow_id, step, ran, asked, finished=finished)
-
 
 def _quoted(prompt: str, limit: int = 160) -> str:
     flat = " ".join(prompt.split())
@@ -260,7 +251,3 @@ class FencedOut(CoderStoreError):
             f"(newest is {current}); this run may no longer act",
             retryable=False,
         )
-
-    def __reduce__(self) -> tuple[object, ...]:
-        # Keep the type through pickling (Prefect persists a failed task's exception).
-        return (FencedOut, (self.fence, self.current))

@@ -20,6 +20,7 @@ from coder_chat.client.tools import (
     structured_output_tool,
     tool_output,
 )
+from coder_chat.durable.records import Fence, FencedOut, PromptChanged
 from coder_chat.errors import (
     CoderApiError,
     CoderChatError,
@@ -27,6 +28,7 @@ from coder_chat.errors import (
     CoderError,
     CoderStoreError,
     CoderStreamError,
+    CoderToolError,
     CoderTransportError,
 )
 from coder_chat.protocol.dedupe import StreamLedger
@@ -615,6 +617,23 @@ def test_errors_survive_pickling_with_their_fields() -> None:
     assert all(
         isinstance(e, CoderError) for e in (api, chat, stream, transport, CoderConfigError("x"))
     )
+
+
+def test_every_error_keeps_its_type_message_and_fields_through_pickling() -> None:
+    fence = Fence(tenant="t", workflow_id="wf", epoch=2)
+    errors: list[CoderError] = [
+        CoderToolError("charge", "call-1", "timeout"),
+        CoderStoreError("down", retryable=True),
+        FencedOut(fence, 3),
+        PromptChanged("wf", 2, "ran this", "asked that", finished=False),
+        CoderConfigError("bad"),
+    ]
+    for error in errors:
+        again = pickle.loads(pickle.dumps(error))
+        assert type(again) is type(error)
+        assert (str(again), vars(again)) == (str(error), vars(error))
+    fenced = pickle.loads(pickle.dumps(FencedOut(fence, 3)))
+    assert (fenced.fence, fenced.current, fenced.retryable) == (fence, 3, False)
 
 
 # -- tools --------------------------------------------------------------------------------------------------------
