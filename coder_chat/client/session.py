@@ -6,9 +6,13 @@ Construction does no I/O. The first ``generate()`` creates the chat; later ones
 resume it, in this process or any other that was handed the pointer.
 
 Each ``generate()`` runs one turn as one or more *segments* (submit, then read
-the stream until the turn settles or pauses for client tools). ``request_timeout``
-bounds every segment, REST calls and redial backoff included; ``deadline``
-bounds the whole call.
+the stream until the turn settles or pauses for client tools). The session's
+:class:`~.options.ChatOptions` say how: ``request_timeout`` bounds every segment,
+REST calls and redial backoff included; ``deadline`` bounds the whole call.
+
+``ChatSession.connect(base_url, token, organization_id)`` makes a session with a
+client of its own; ``ChatSession(client, organization_id)`` shares a client (many
+sessions, one connection pool), which the session never closes.
 """
 
 from __future__ import annotations
@@ -99,6 +103,7 @@ class ChatSession:
         hooks: SessionHooks = NO_HOOKS,
     ) -> ChatSession:
         """A session with a client of its own (closed by :meth:`aclose`)."""
+        # Checked before the client is made, so that a refused pointer leaves nothing open.
         _check_pointer(organization_id, chat_id, last_seen_message_id)
         client = ChatClient(base_url=base_url, token=token, on_transport_event=on_transport_event)
         session = cls(
