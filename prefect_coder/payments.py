@@ -28,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from coder_chat.simulator.server import InProcessServer
+from coder_chat.simulator.server import InProcessServer, connection_cutter
 
 Phase = Literal["before", "after"]
 Outcome = Literal["release", "drop"]
@@ -140,17 +140,6 @@ def build_app(ledger: Ledger, cut: Cutter | None = None) -> Starlette:
     )
 
 
-def _cutter(server: uvicorn.Server) -> Cutter:
-    def cut(client: tuple[str, int] | None) -> None:
-        for protocol in list(server.server_state.connections):
-            if client is not None and getattr(protocol, "client", None) == client:
-                transport = getattr(protocol, "transport", None)
-                if transport is not None:
-                    transport.abort()
-
-    return cut
-
-
 @contextlib.asynccontextmanager
 async def serve_payments(host: str = "127.0.0.1") -> AsyncIterator[tuple[str, Ledger]]:
     """Run the fake payments service in this event loop; yields its URL and ledger."""
@@ -160,7 +149,9 @@ async def serve_payments(host: str = "127.0.0.1") -> AsyncIterator[tuple[str, Le
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, 0))
     servers: list[uvicorn.Server] = []
-    app = build_app(ledger, lambda client: _cutter(servers[0])(client) if servers else None)
+    app = build_app(
+        ledger, lambda client: connection_cutter(servers[0])(client) if servers else None
+    )
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
     server = InProcessServer(config)
     servers.append(server)

@@ -46,6 +46,7 @@ from .tools import (
 )
 
 if TYPE_CHECKING:
+    from .rest import ChatClient
     from .session import ChatSession
 
 
@@ -69,6 +70,9 @@ class Turn:
         self, session: ChatSession, prompt: str, output_type: type[BaseModel] | None
     ) -> None:
         self.session = session
+        self.client: ChatClient = session.client
+        self.options: ChatOptions = session.options
+        self.before_action: BeforeAction = session.hooks.before_action
         self.prompt = prompt
         self.output_type = output_type
         self.tools: dict[str, ClientTool] = {t.name: t for t in session.tools}
@@ -82,18 +86,6 @@ class Turn:
         self.created_chat = False
         self.queued_id: int | None = None
         self.structured: BaseModel | None = None
-
-    @property
-    def client(self) -> Any:
-        return self.session.client
-
-    @property
-    def options(self) -> ChatOptions:
-        return self.session.options
-
-    @property
-    def before_action(self) -> BeforeAction:
-        return self.session.hooks.before_action
 
     # -- the whole turn ---------------------------------------------------------------
     async def run(self) -> TurnResult:

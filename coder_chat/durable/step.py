@@ -86,16 +86,9 @@ class StepResult(BaseModel):
 
     @classmethod
     def from_record(cls, record: StepRecord, verdict: Verdict) -> StepResult:
-        return cls(
-            workflow_id=record.workflow_id,
-            step=record.step,
-            text=record.text,
-            output=record.output,
-            chat_id=record.chat_id,
-            last_seen_message_id=record.last_seen_message_id,
-            verdict=verdict,
-            notes=record.notes,
-        )
+        """The record's fields this result has (not its tenant or prompt), and ``verdict``."""
+        kept = {name: getattr(record, name) for name in cls.model_fields if name != "verdict"}
+        return cls(**kept, verdict=verdict)
 
 
 @dataclass

@@ -27,7 +27,7 @@ from .admin import admin_routes
 from .config import SimulatorConfig
 from .engine import Engine, Script
 from .faults import FaultPlan
-from .http import ChatApi, chat_routes
+from .http import ChatApi, Cutter, chat_routes
 from .records import Records
 from .state import Chat, Message
 
@@ -174,7 +174,10 @@ class Simulator:
         return f"Simulator(base_url={self.base_url!r})"
 
 
-def _cutter(server: uvicorn.Server) -> Any:
+def connection_cutter(server: uvicorn.Server) -> Cutter:
+    """Aborts the connection of a client (host, port) on ``server``: a fault a test asks
+    for, the way a network that drops a socket would cut it."""
+
     def cut(client: tuple[str, int] | None) -> None:
         for protocol in list(server.server_state.connections):
             if client is not None and getattr(protocol, "client", None) == client:
@@ -218,7 +221,7 @@ def _bind(host: str, port: int) -> socket.socket:
 def create(config: SimulatorConfig | None = None) -> tuple[Engine, Starlette, list[uvicorn.Server]]:
     engine = Engine(config or SimulatorConfig(), FaultPlan())
     holder: list[uvicorn.Server] = []
-    app = build_app(engine, lambda client: holder and _cutter(holder[0])(client))
+    app = build_app(engine, lambda client: holder and connection_cutter(holder[0])(client))
     return engine, app, holder
 
 
