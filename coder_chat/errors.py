@@ -21,6 +21,8 @@ the token travels only in a request header.
 
 from __future__ import annotations
 
+from dataclasses import KW_ONLY, dataclass
+
 
 class CoderError(Exception):
     """Root of every error this library raises."""
@@ -44,24 +46,19 @@ class CoderConfigError(CoderError, ValueError):
     """Arguments that can never work (a cursor without a chat id, a bad tool)."""
 
 
+@dataclass(eq=False)
 class CoderApiError(CoderError):
     """The server answered with a non-2xx status."""
 
-    def __init__(
-        self,
-        status: int,
-        method: str,
-        path: str,
-        message: str,
-        detail: str | None = None,
-    ) -> None:
-        self.status = status
-        self.method = method
-        self.path = path
-        self.message = message
-        self.detail = detail
-        text = f"Coder API {method} {path} failed ({status}): {message}"
-        super().__init__(f"{text} — {detail}" if detail else text)
+    status: int
+    method: str
+    path: str
+    message: str
+    detail: str | None = None
+
+    def __post_init__(self) -> None:
+        text = f"Coder API {self.method} {self.path} failed ({self.status}): {self.message}"
+        super().__init__(f"{text} — {self.detail}" if self.detail else text)
 
 
 class CoderTransportError(CoderError):
@@ -78,6 +75,7 @@ class CoderTransportError(CoderError):
         super().__init__(f"{operation} failed: {reason}")
 
 
+@dataclass(eq=False)
 class CoderChatError(CoderError):
     """A turn ended badly: the server reported ``error``, or the turn timed out.
 
@@ -87,25 +85,17 @@ class CoderChatError(CoderError):
     re-run is free: a re-run resubmits the prompt as a new user turn.
     """
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        kind: str,
-        retryable: bool,
-        chat_id: str | None = None,
-        provider: str | None = None,
-        status_code: int | None = None,
-        detail: str | None = None,
-    ) -> None:
-        self.message = message
-        self.kind = kind
-        self.retryable = retryable
-        self.chat_id = chat_id
-        self.provider = provider
-        self.status_code = status_code
-        self.detail = detail
-        super().__init__(f"{message}: {detail}" if detail else message)
+    message: str
+    _: KW_ONLY
+    kind: str
+    retryable: bool
+    chat_id: str | None = None
+    provider: str | None = None
+    status_code: int | None = None
+    detail: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__init__(f"{self.message}: {self.detail}" if self.detail else self.message)
 
 
 class CoderStreamError(CoderError):

@@ -15,8 +15,8 @@ import json
 import re
 import secrets
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
@@ -32,6 +32,7 @@ from .records import RequestRecord
 from .state import JSON, StoredFile
 
 #: Called with a connection's client address to cut it without a response.
+T = TypeVar("T")
 Cutter = Callable[[tuple[str, int] | None], None]
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -134,13 +135,11 @@ class ChatApi:
         return JSONResponse(self._chat(request).to_wire())
 
     async def update_chat(self, request: Request) -> Response:
-        chat = self._chat(request)
-        self.engine.update_chat(chat, await _json_body(request))
+        self.engine.update_chat(self._chat(request), await _json_body(request))
         return Response(status_code=204)
 
     async def get_messages(self, request: Request) -> Response:
-        chat = self._chat(request)
-        return JSONResponse(message_page(chat, request.query_params))
+        return JSONResponse(message_page(self._chat(request), request.query_params))
 
     async def send_message(self, request: Request) -> Response:
         chat = self._chat(request)
@@ -153,18 +152,15 @@ class ChatApi:
         return JSONResponse(chat.to_wire())
 
     async def tool_results(self, request: Request) -> Response:
-        chat = self._chat(request)
-        self.engine.submit_tool_results(chat, await _json_body(request))
+        self.engine.submit_tool_results(self._chat(request), await _json_body(request))
         return Response(status_code=204)
 
     async def delete_queued(self, request: Request) -> Response:
-        chat = self._chat(request)
-        self.engine.delete_queued(chat, _queued_id(request))
+        self.engine.delete_queued(self._chat(request), _queued_id(request))
         return Response(status_code=204)
 
     async def promote_queued(self, request: Request) -> Response:
-        chat = self._chat(request)
-        self.engine.promote_queued(chat, _queued_id(request))
+        self.engine.promote_queued(self._chat(request), _queued_id(request))
         return JSONResponse({"message": "Queued message promotion accepted."}, status_code=202)
 
     def _chat(self, request: Request) -> Any:
@@ -237,19 +233,14 @@ class ChatApi:
     # -- WebSockets -----------------------------------------------------------------
     async def stream(self, ws: WebSocket) -> None:
         engine = self.engine
-        try:
-            self.authenticate(ws)
-            self.check_prefix(ws)
-            chat_id = _ws_chat_id(ws)
-            chat = engine.chat(chat_id)
-            after_id = _after_id(ws.query_params.get("after_id"))
-            status = engine.faults.take_failure("stream")
-            if status is not None:
-                raise ApiError(status, f"Simulated failure ({status}).")
-        except ApiError as exc:
-            self._record(ws, "stream", exc.status)
-            await ws.send_denial_response(JSONResponse(exc.body(), status_code=exc.status))
+
+        def opening() -> tuple[Any, int]:
+            return engine.chat(_ws_chat_id(ws)), _after_id(ws.query_params.get("after_id"))
+
+        admitted = await self._admitted(ws, "stream", opening)
+        if admitted is None:
             return
+        chat, after_id = admitted
         # Subscribe before the upgrade (wire reference 5.1): once the client sees the
         # 101, every later change reaches this socket.
         subscriber = engine.subscribe(chat, after_id)
@@ -264,15 +255,7 @@ class ChatApi:
             engine.unsubscribe(subscriber)
 
     async def watch(self, ws: WebSocket) -> None:
-        try:
-            self.authenticate(ws)
-            self.check_prefix(ws)
-            status = self.engine.faults.take_failure("watch")
-            if status is not None:
-                raise ApiError(status, f"Simulated failure ({status}).")
-        except ApiError as exc:
-            self._record(ws, "watch", exc.status)
-            await ws.send_denial_response(JSONResponse(exc.body(), status_code=exc.status))
+        if await self._admitted(ws, "watch", lambda: True) is None:
             return
         queue: asyncio.Queue[JSON] = asyncio.Queue()
         self.engine.watchers.add(queue)  # before the upgrade, so no event slips past
@@ -282,6 +265,22 @@ class ChatApi:
             await _pump_watch(ws, queue)
         finally:
             self.engine.watchers.discard(queue)
+
+    async def _admitted(self, ws: WebSocket, route: str, opening: Callable[[], T]) -> T | None:
+        """A socket's checks before its upgrade, in the server's order (auth, prefix, what
+        ``opening`` reads, then an injected failure); a refusal is answered and ``None``."""
+        try:
+            self.authenticate(ws)
+            self.check_prefix(ws)
+            opened = opening()
+            status = self.engine.faults.take_failure(route)
+            if status is not None:
+                raise ApiError(status, f"Simulated failure ({status}).")
+            return opened
+        except ApiError as exc:
+            self._record(ws, route, exc.status)
+            await ws.send_denial_response(JSONResponse(exc.body(), status_code=exc.status))
+            return None
 
     def _cutter(self, ws: WebSocket) -> Callable[[], None]:
         client = ws.client
@@ -299,17 +298,13 @@ async def _pump(
     cut: Callable[[], None],
 ) -> None:
     """Send queued events as JSON-array frames until the client leaves or a drop fires."""
-    reader = asyncio.ensure_future(_await_close(ws))
     sent = 0
-    try:
+    async with _client_reader(ws) as reader:
         while True:
             if budget is not None and sent >= budget:
                 cut()
                 return
-            waiter = asyncio.ensure_future(wake.wait())
-            done, _ = await asyncio.wait({reader, waiter}, return_when=asyncio.FIRST_COMPLETED)
-            if reader in done:
-                waiter.cancel()
+            if await _unless_closed(reader, wake.wait()) is None:
                 return
             batch = take()
             if budget is not None:
@@ -317,12 +312,32 @@ async def _pump(
             if batch:
                 await ws.send_text(json.dumps(batch, separators=(",", ":")))
                 sent += len(batch)
+
+
+@contextlib.asynccontextmanager
+async def _client_reader(ws: WebSocket) -> AsyncIterator[asyncio.Future[None]]:
+    """The client's side of a server-only socket, read until the client goes; a socket
+    that breaks ends the pump inside quietly."""
+    reader = asyncio.ensure_future(_await_close(ws))
+    try:
+        yield reader
     except (WebSocketDisconnect, RuntimeError, OSError):
         return
     finally:
         reader.cancel()
         with contextlib.suppress(BaseException):
             await reader
+
+
+async def _unless_closed(reader: asyncio.Future[None], waiting: Awaitable[T]) -> T | None:
+    """What ``waiting`` gives, or ``None`` once the client went first."""
+    task = asyncio.ensure_future(waiting)
+    racing: set[asyncio.Future[Any]] = {reader, task}
+    done, _ = await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
+    if reader in done:
+        task.cancel()
+        return None
+    return task.result()
 
 
 async def _await_close(ws: WebSocket) -> None:
@@ -337,21 +352,9 @@ async def _await_close(ws: WebSocket) -> None:
 
 
 async def _pump_watch(ws: WebSocket, queue: asyncio.Queue[JSON]) -> None:
-    reader = asyncio.ensure_future(_await_close(ws))
-    try:
-        while True:
-            getter = asyncio.ensure_future(queue.get())
-            done, _ = await asyncio.wait({reader, getter}, return_when=asyncio.FIRST_COMPLETED)
-            if reader in done:
-                getter.cancel()
-                return
-            await ws.send_text(json.dumps(getter.result(), separators=(",", ":")))
-    except (WebSocketDisconnect, RuntimeError, OSError):
-        return
-    finally:
-        reader.cancel()
-        with contextlib.suppress(BaseException):
-            await reader
+    async with _client_reader(ws) as reader:
+        while (event := await _unless_closed(reader, queue.get())) is not None:
+            await ws.send_text(json.dumps(event, separators=(",", ":")))
 
 
 async def _json_body(request: Request, cap: int | None = None) -> JSON:
