@@ -1,21 +1,24 @@
 """Stores written by earlier code (schema versions 1 and 2) migrate to the current one, keeping
 their data.
 
-The v1 and v2 schemas are copied here as they were shipped, so these tests keep meaning what
-they say when the stores' own migrations change. Rows are written the way that code wrote
-them: JSON bodies of the records as they were then (v1: no ``archive_at_end``; v2: finished
-steps without ``prompt``).
+The old stores are built with the shipped migrations 1 and 2 themselves, and a test pins each
+by its digest: a migration that has shipped must never change (stores in the field ran it as it
+was), so these tests keep meaning what they say. Rows are written the way that code wrote them:
+JSON bodies of the records as they were then (v1: no ``archive_at_end``; v2: finished steps
+without ``prompt``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sqlite3
 from contextlib import closing
 from datetime import UTC, datetime
 
 import asyncpg
 
+from coder_chat.durable import postgres, sqlite
 from coder_chat.durable.records import (
     ChatRecord,
     Fence,
@@ -33,57 +36,21 @@ from .backends import Backend, step_record
 T = "org-1"
 SQLITE_APPLICATION_ID = 0x50434F44
 
-SQLITE_V1 = """
-CREATE TABLE IF NOT EXISTS workflows (
-    tenant TEXT NOT NULL, workflow_id TEXT NOT NULL, epoch INTEGER NOT NULL,
-    state TEXT NOT NULL, deployment TEXT NOT NULL, heartbeat_at TEXT,
-    body TEXT NOT NULL, PRIMARY KEY (tenant, workflow_id));
-CREATE INDEX IF NOT EXISTS workflows_by_deployment ON workflows (tenant, deployment, state);
-CREATE TABLE IF NOT EXISTS chats (
-    tenant TEXT NOT NULL, chat_id TEXT NOT NULL, workflow_id TEXT NOT NULL,
-    discarded INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (tenant, chat_id));
-CREATE TABLE IF NOT EXISTS ledger (
-    tenant TEXT NOT NULL, chat_id TEXT NOT NULL, tool_call_id TEXT NOT NULL,
-    state TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (tenant, chat_id, tool_call_id));
-"""
+#: sha256 of each shipped migration's text, as it shipped: (backend, version) -> digest.
+SHIPPED_MIGRATIONS = {
+    ("sqlite", 1): "ef5741672b960f0dd88dc0d77da3bcc468d12b06d8d395b736462387bb981034",
+    ("sqlite", 2): "2fc3389018bc7f80b31d31bf7f6044a1fef06b8256aa1aa61347926ca22c72b0",
+    ("postgres", 1): "5b64ad3f2b37ec59ba64904fcbbd07eac9bd9cf7dd36ef432e5a39b331443379",
+    ("postgres", 2): "7a81a44515ed1441aff23e401d9e8c1c209a02d5a7962e654fd60b07f6c34389",
+}
 
-POSTGRES_V1 = """
-CREATE SCHEMA {s};
-CREATE TABLE {s}.migrations (version INTEGER PRIMARY KEY,
-    applied_at TIMESTAMPTZ NOT NULL DEFAULT now());
-CREATE TABLE {s}.workflows (
-    tenant TEXT COLLATE "C" NOT NULL,
-    workflow_id TEXT COLLATE "C" NOT NULL,
-    epoch BIGINT NOT NULL,
-    state TEXT NOT NULL,
-    deployment TEXT COLLATE "C" NOT NULL,
-    heartbeat_at TIMESTAMPTZ,
-    body JSONB NOT NULL,
-    PRIMARY KEY (tenant, workflow_id)
-);
-CREATE INDEX workflows_by_deployment ON {s}.workflows (tenant, deployment, state);
-CREATE INDEX workflows_by_heartbeat ON {s}.workflows (tenant, heartbeat_at);
-CREATE TABLE {s}.chats (
-    tenant TEXT COLLATE "C" NOT NULL,
-    chat_id TEXT COLLATE "C" NOT NULL,
-    workflow_id TEXT COLLATE "C" NOT NULL,
-    discarded BOOLEAN NOT NULL,
-    body JSONB NOT NULL,
-    PRIMARY KEY (tenant, chat_id)
-);
-CREATE INDEX chats_by_discarded ON {s}.chats (tenant, discarded, chat_id);
-CREATE TABLE {s}.ledger (
-    seq BIGINT GENERATED ALWAYS AS IDENTITY,
-    tenant TEXT COLLATE "C" NOT NULL,
-    chat_id TEXT COLLATE "C" NOT NULL,
-    tool_call_id TEXT COLLATE "C" NOT NULL,
-    state TEXT NOT NULL,
-    body JSONB NOT NULL,
-    PRIMARY KEY (tenant, chat_id, tool_call_id)
-);
-CREATE INDEX ledger_by_chat ON {s}.ledger (tenant, chat_id, seq);
-INSERT INTO {s}.migrations (version) VALUES (1);
-"""
+
+def test_shipped_migrations_never_change() -> None:
+    shipped = {"sqlite": sqlite.MIGRATIONS, "postgres": postgres.MIGRATIONS}
+    for (backend, version), digest in SHIPPED_MIGRATIONS.items():
+        text = shipped[backend][version]
+        assert hashlib.sha256(text.encode()).hexdigest() == digest, (backend, version)
+
 
 HEARTBEAT = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
 WORKFLOW = WorkflowRecord(
@@ -126,7 +93,7 @@ def build_sqlite_v1(path: str) -> None:
     with closing(sqlite3.connect(path, isolation_level=None)) as db:
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("BEGIN")
-        for statement in SQLITE_V1.split(";"):
+        for statement in sqlite.MIGRATIONS[1].split(";"):
             if statement.strip():
                 db.execute(statement)
         db.execute(f"PRAGMA application_id = {SQLITE_APPLICATION_ID}")
@@ -149,7 +116,13 @@ async def build_postgres_v1(dsn: str, schema: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
         async with conn.transaction():
-            await conn.execute(POSTGRES_V1.format(s=s))
+            await conn.execute(f"CREATE SCHEMA {s}")
+            await conn.execute(
+                f"CREATE TABLE {s}.migrations (version INTEGER PRIMARY KEY, "
+                "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            )
+            await conn.execute(postgres.MIGRATIONS[1].format(s=s))
+            await conn.execute(f"INSERT INTO {s}.migrations (version) VALUES (1)")
             await conn.execute(
                 f"INSERT INTO {s}.workflows VALUES ($1, 'wf', 3, 'running', 'prod', $2, $3)",
                 T,
@@ -232,26 +205,6 @@ async def test_a_version_1_store_migrates_keeping_its_data(backend: Backend) -> 
 
 # -- version 2: finished steps without their prompt ----------------------------------------
 
-SQLITE_V2 = """
-CREATE TABLE steps (
-    tenant TEXT NOT NULL, workflow_id TEXT NOT NULL, step INTEGER NOT NULL,
-    chat_id TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (tenant, workflow_id, step));
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
-
-POSTGRES_V2 = """
-CREATE TABLE {s}.steps (
-    tenant TEXT COLLATE "C" NOT NULL,
-    workflow_id TEXT COLLATE "C" NOT NULL,
-    step BIGINT NOT NULL,
-    chat_id TEXT COLLATE "C" NOT NULL,
-    body JSONB NOT NULL,
-    PRIMARY KEY (tenant, workflow_id, step)
-);
-CREATE TABLE {s}.meta (key TEXT COLLATE "C" PRIMARY KEY, value TEXT NOT NULL);
-INSERT INTO {s}.migrations (version) VALUES (2);
-"""
-
 V2_STORE_ID = "0123456789ab4def8123456789abcdef"
 V2_STEPS = [
     StepRecord(
@@ -277,10 +230,9 @@ def build_sqlite_v2(path: str) -> None:
     build_sqlite_v1(path)
     with closing(sqlite3.connect(path, isolation_level=None)) as db:
         db.execute("BEGIN")
-        for statement in SQLITE_V2.split(";"):
+        for statement in sqlite.MIGRATIONS[2].split(";"):
             if statement.strip():
-                db.execute(statement)
-        db.execute("INSERT INTO meta VALUES ('store_id', ?)", (V2_STORE_ID,))
+                db.execute(statement, {"store_id": V2_STORE_ID})
         for step in V2_STEPS:
             db.execute(
                 "INSERT INTO steps VALUES (?, 'wf', ?, 'chat-1', ?)",
@@ -296,8 +248,12 @@ async def build_postgres_v2(dsn: str, schema: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
         async with conn.transaction():
-            await conn.execute(POSTGRES_V2.format(s=s))
-            await conn.execute(f"INSERT INTO {s}.meta VALUES ('store_id', $1)", V2_STORE_ID)
+            await conn.execute(postgres.MIGRATIONS[2].format(s=s))
+            await conn.execute(f"INSERT INTO {s}.migrations (version) VALUES (2)")
+            # The migration made a random store id; this store's is a known one.
+            await conn.execute(
+                f"UPDATE {s}.meta SET value = $1 WHERE key = 'store_id'", V2_STORE_ID
+            )
             for step in V2_STEPS:
                 await conn.execute(
                     f"INSERT INTO {s}.steps VALUES ($1, 'wf', $2, 'chat-1', $3)",
