@@ -32,7 +32,7 @@ from prefect_coder.tasks._runtime import checked_blocks
 
 ALL_BLOCKS: list[type[Block]] = [CoderCredentials, SqliteLedger, PostgresLedger]
 ROOT = Path(__file__).resolve().parents[2]
-LOGO = ROOT / "blocks" / "logo.png"
+LOGO = ROOT / "prefect_coder" / "blocks" / "logo.png"
 B = TypeVar("B", bound=Block)
 
 
