@@ -92,18 +92,10 @@ class Simulator:
     def __init__(self, engine: Engine, base_url: str) -> None:
         self.engine = engine
         self.base_url = base_url
-
-    @property
-    def config(self) -> SimulatorConfig:
-        return self.engine.config
-
-    @property
-    def faults(self) -> FaultPlan:
-        return self.engine.faults
-
-    @property
-    def records(self) -> Records:
-        return self.engine.records
+        # The engine's own, made with it and never replaced: a test changes them in place.
+        self.config: SimulatorConfig = engine.config
+        self.faults: FaultPlan = engine.faults
+        self.records: Records = engine.records
 
     @property
     def token(self) -> str:
