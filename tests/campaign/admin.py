@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from .plan import Knob
+from tests.lab.steps import Knob
 
 #: Knob kinds that are a configuration change rather than a fault rule.
 CONFIG_KNOBS = {"deadline"}

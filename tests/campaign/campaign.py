@@ -16,10 +16,10 @@ from datetime import datetime
 from pathlib import Path
 
 from coder_chat.durable.records import utcnow
+from tests.lab.steps import VARIANTS, Variant
 
 from .draw import derive
 from .leaks import api_leaks
-from .plan import VARIANTS, Variant
 from .report import (
     error_line,
     progress_line,

@@ -13,13 +13,13 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.crash.lab import Child, Returned
+from tests.lab.children import Child, Returned
+from tests.lab.steps import Kill, WorkflowPlan
+from tests.lab.truth import prompts
 
 from .arena import Arena
 from .kills import InFlight, Trigger, in_flight
 from .people import PersonRecord, act, spawn_changed
-from .plan import Kill, WorkflowPlan
-from .truth import prompts
 
 #: How long a run may take before it is taken for hung (killed, and counted failed).
 RUN_TIMEOUT = 150.0

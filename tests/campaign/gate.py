@@ -17,8 +17,7 @@ from coder_chat.durable.markers import LABEL_WORKFLOW
 from coder_chat.simulator import Simulator
 from coder_chat.simulator.errors import ApiError
 from prefect_coder.payments import HeldCharge, Ledger
-
-from .plan import Phase
+from tests.lab.steps import Phase
 
 #: Hold rules armed per hold point: far more charges than any schedule makes.
 HOLDS = 1000

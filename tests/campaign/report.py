@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from statistics import mean
 
+from tests.lab.verdicts import CATEGORIES
+
 from .runner import ScheduleResult
-from .verdicts import CATEGORIES
 
 DETAILS = 4
 

@@ -24,11 +24,11 @@ from coder_chat.durable.reconcile import NO_RESULT, NOT_RUN
 from coder_chat.simulator import Simulator
 from coder_chat.simulator.engine import TIMED_OUT
 from coder_chat.simulator.state import Message
+from tests.lab.truth import StatusLog, attempts, reply_to
+from tests.lab.verdicts import Findings, Pair
 
 from .drive import WorkflowOutcome
 from .kills import InFlight
-from .truth import StatusLog, attempts, reply_to
-from .verdicts import Findings, Pair
 
 
 def check_resends(sim: Simulator, outcome: WorkflowOutcome, statuses: StatusLog) -> Findings:

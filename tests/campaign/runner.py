@@ -21,7 +21,9 @@ from pathlib import Path
 from coder_chat.errors import CoderError
 from coder_chat.simulator import serve_simulator
 from prefect_coder.payments import serve_payments
-from tests.crash.lab import CrashLab
+from tests.lab.children import CrashLab
+from tests.lab.steps import RefundCase, Schedule
+from tests.lab.verdicts import Findings
 from tests.sim_timings import fast_config
 
 from .admin import Admin
@@ -31,12 +33,10 @@ from .checks import check_schedule
 from .drive import Children, WorkflowOutcome, drive
 from .gate import ChargeGate
 from .kills import prompts_landed
-from .plan import RefundCase, Schedule
 from .refunds import scripts_of
 from .stores import ClusterPool, StoreSite
 from .sweeping import sweep_once
 from .timeline import write_timeline
-from .verdicts import Findings
 
 
 @dataclass

@@ -7,8 +7,7 @@ from coder_chat.durable.markers import LABEL_WORKFLOW
 from coder_chat.durable.records import ChatRecord, LedgerEntry, WorkflowRecord
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator.state import Chat
-
-from .lab import CrashLab
+from tests.lab.children import CrashLab
 
 PROMPTS = ["plan the refund", "confirm the refund"]
 CHARGE = '/tool charge_card {"amount_cents": 1299}'

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from coder_chat.durable.markers import step_marker
+from tests.lab.children import CrashLab
 
 from .invariants import Expect, attempts_of, check_invariants
-from .lab import CrashLab
 from .story import PROMPTS, SHORT_STALL, only_chat
 
 pytestmark = pytest.mark.timeout(240)

@@ -19,9 +19,9 @@ import pytest
 from coder_chat.durable.markers import step_marker
 from coder_chat.durable.records import LedgerEntry
 from coder_chat.simulator.state import Chat
+from tests.lab.children import CHARGE_CARD, Child, CrashLab
 
 from .invariants import Expect, attempts_of, check_invariants
-from .lab import CHARGE_CARD, Child, CrashLab
 from .story import PROMPTS, SHORT_STALL, STALL, labelled, only_chat, stored, tool_prompts
 
 pytestmark = pytest.mark.timeout(240)

@@ -16,7 +16,7 @@ from datetime import datetime
 
 from coder_chat.durable.markers import step_marker
 from coder_chat.simulator.engine import TIMED_OUT
-from tests.campaign.verdicts import Pair
+from tests.lab.verdicts import Pair
 
 from .evidence import Evidence
 from .journal import InFlight
