@@ -11,6 +11,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from coder_chat.durable.markers import LABEL_WORKFLOW, step_marker
 from coder_chat.simulator import Simulator
@@ -57,9 +58,15 @@ def reply_to(sim: Simulator, user: Message, until: datetime | None = None) -> st
         if until is None or m.created_at <= until
         for p in m.content
     ]
+    return text_after_tools(parts, CLIENT_TOOLS)
+
+
+def text_after_tools(parts: list[dict[str, Any]], tools: frozenset[str]) -> str:
+    """The text of an answer's parts after its last call of a client tool (the turn's
+    reply: what came before the call was cut short by it and resent after its result)."""
     cut = 0
     for index, part in enumerate(parts):
-        if part.get("type") == "tool-call" and part.get("tool_name") in CLIENT_TOOLS:
+        if part.get("type") == "tool-call" and part.get("tool_name") in tools:
             cut = index + 1
     return "".join(str(p.get("text", "")) for p in parts[cut:] if p.get("type") == "text")
 
