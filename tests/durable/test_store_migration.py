@@ -1,8 +1,8 @@
 """Stores written by earlier code (schema versions 1 and 2) migrate to the current one, keeping
 their data.
 
-The v1 and v2 schemas are copied here as they were shipped, so these tests keep meaning what
-they say when the stores' own migrations change. Rows are written the way that code wrote
+The v1 and v2 schemas are built by the stores' own released migrations, which a test keeps
+as they were shipped (a released migration is never edited). Rows are written the way that code wrote
 them: JSON bodies of the records as they were then (v1: no ``archive_at_end``; v2: finished
 steps without ``prompt``).
 """
@@ -10,12 +10,15 @@ steps without ``prompt``).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import sqlite3
 from contextlib import closing
 from datetime import UTC, datetime
 
 import asyncpg
 
+from coder_chat.durable import postgres as postgres_store
+from coder_chat.durable import sqlite as sqlite_store
 from coder_chat.durable.records import (
     ChatRecord,
     Fence,
@@ -31,59 +34,36 @@ from coder_chat.durable.store import SCHEMA_VERSION
 from .backends import Backend, step_record
 
 T = "org-1"
-SQLITE_APPLICATION_ID = 0x50434F44
+SQLITE_APPLICATION_ID = sqlite_store.APPLICATION_ID
 
-SQLITE_V1 = """
-CREATE TABLE IF NOT EXISTS workflows (
-    tenant TEXT NOT NULL, workflow_id TEXT NOT NULL, epoch INTEGER NOT NULL,
-    state TEXT NOT NULL, deployment TEXT NOT NULL, heartbeat_at TEXT,
-    body TEXT NOT NULL, PRIMARY KEY (tenant, workflow_id));
-CREATE INDEX IF NOT EXISTS workflows_by_deployment ON workflows (tenant, deployment, state);
-CREATE TABLE IF NOT EXISTS chats (
-    tenant TEXT NOT NULL, chat_id TEXT NOT NULL, workflow_id TEXT NOT NULL,
-    discarded INTEGER NOT NULL, body TEXT NOT NULL, PRIMARY KEY (tenant, chat_id));
-CREATE TABLE IF NOT EXISTS ledger (
-    tenant TEXT NOT NULL, chat_id TEXT NOT NULL, tool_call_id TEXT NOT NULL,
-    state TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (tenant, chat_id, tool_call_id));
-"""
-
-POSTGRES_V1 = """
-CREATE SCHEMA {s};
-CREATE TABLE {s}.migrations (version INTEGER PRIMARY KEY,
+#: What the shipped migrations wrote; a released migration is never edited (a store
+#: written by it must still open), which :func:`test_released_migrations_are_never_edited`
+#: holds, so these tests build the old stores from the migrations themselves.
+RELEASED = {
+    ("sqlite", 1): "ef5741672b960f0d",
+    ("sqlite", 2): "2fc3389018bc7f80",
+    ("postgres", 1): "5b64ad3f2b37ec59",
+    ("postgres", 2): "7a81a44515ed1441",
+}
+SQLITE_V1 = sqlite_store.MIGRATIONS[1]
+#: Version 1 of the Postgres store: its bookkeeping table, then its migration.
+POSTGRES_V1 = f"""
+CREATE SCHEMA {{s}};
+CREATE TABLE {{s}}.migrations (version INTEGER PRIMARY KEY,
     applied_at TIMESTAMPTZ NOT NULL DEFAULT now());
-CREATE TABLE {s}.workflows (
-    tenant TEXT COLLATE "C" NOT NULL,
-    workflow_id TEXT COLLATE "C" NOT NULL,
-    epoch BIGINT NOT NULL,
-    state TEXT NOT NULL,
-    deployment TEXT COLLATE "C" NOT NULL,
-    heartbeat_at TIMESTAMPTZ,
-    body JSONB NOT NULL,
-    PRIMARY KEY (tenant, workflow_id)
-);
-CREATE INDEX workflows_by_deployment ON {s}.workflows (tenant, deployment, state);
-CREATE INDEX workflows_by_heartbeat ON {s}.workflows (tenant, heartbeat_at);
-CREATE TABLE {s}.chats (
-    tenant TEXT COLLATE "C" NOT NULL,
-    chat_id TEXT COLLATE "C" NOT NULL,
-    workflow_id TEXT COLLATE "C" NOT NULL,
-    discarded BOOLEAN NOT NULL,
-    body JSONB NOT NULL,
-    PRIMARY KEY (tenant, chat_id)
-);
-CREATE INDEX chats_by_discarded ON {s}.chats (tenant, discarded, chat_id);
-CREATE TABLE {s}.ledger (
-    seq BIGINT GENERATED ALWAYS AS IDENTITY,
-    tenant TEXT COLLATE "C" NOT NULL,
-    chat_id TEXT COLLATE "C" NOT NULL,
-    tool_call_id TEXT COLLATE "C" NOT NULL,
-    state TEXT NOT NULL,
-    body JSONB NOT NULL,
-    PRIMARY KEY (tenant, chat_id, tool_call_id)
-);
-CREATE INDEX ledger_by_chat ON {s}.ledger (tenant, chat_id, seq);
-INSERT INTO {s}.migrations (version) VALUES (1);
+{postgres_store.MIGRATIONS[1]}
+INSERT INTO {{s}}.migrations (version) VALUES (1);
 """
+
+
+def test_released_migrations_are_never_edited() -> None:
+    shipped = {
+        (name, version): hashlib.sha256(module.MIGRATIONS[version].encode()).hexdigest()[:16]
+        for name, module in (("sqlite", sqlite_store), ("postgres", postgres_store))
+        for version in (1, 2)
+    }
+    assert shipped == RELEASED
+
 
 HEARTBEAT = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
 WORKFLOW = WorkflowRecord(
@@ -232,24 +212,10 @@ async def test_a_version_1_store_migrates_keeping_its_data(backend: Backend) -> 
 
 # -- version 2: finished steps without their prompt ----------------------------------------
 
-SQLITE_V2 = """
-CREATE TABLE steps (
-    tenant TEXT NOT NULL, workflow_id TEXT NOT NULL, step INTEGER NOT NULL,
-    chat_id TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (tenant, workflow_id, step));
-CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-"""
-
-POSTGRES_V2 = """
-CREATE TABLE {s}.steps (
-    tenant TEXT COLLATE "C" NOT NULL,
-    workflow_id TEXT COLLATE "C" NOT NULL,
-    step BIGINT NOT NULL,
-    chat_id TEXT COLLATE "C" NOT NULL,
-    body JSONB NOT NULL,
-    PRIMARY KEY (tenant, workflow_id, step)
-);
-CREATE TABLE {s}.meta (key TEXT COLLATE "C" PRIMARY KEY, value TEXT NOT NULL);
-INSERT INTO {s}.migrations (version) VALUES (2);
+SQLITE_V2 = sqlite_store.MIGRATIONS[2]
+POSTGRES_V2 = f"""
+{postgres_store.MIGRATIONS[2]}
+INSERT INTO {{s}}.migrations (version) VALUES (2);
 """
 
 V2_STORE_ID = "0123456789ab4def8123456789abcdef"
@@ -279,8 +245,7 @@ def build_sqlite_v2(path: str) -> None:
         db.execute("BEGIN")
         for statement in SQLITE_V2.split(";"):
             if statement.strip():
-                db.execute(statement)
-        db.execute("INSERT INTO meta VALUES ('store_id', ?)", (V2_STORE_ID,))
+                db.execute(statement, {"store_id": V2_STORE_ID})
         for step in V2_STEPS:
             db.execute(
                 "INSERT INTO steps VALUES (?, 'wf', ?, 'chat-1', ?)",
@@ -297,7 +262,10 @@ async def build_postgres_v2(dsn: str, schema: str) -> None:
     try:
         async with conn.transaction():
             await conn.execute(POSTGRES_V2.format(s=s))
-            await conn.execute(f"INSERT INTO {s}.meta VALUES ('store_id', $1)", V2_STORE_ID)
+            # Version 2 makes its store id itself; the test's old store has a known one.
+            await conn.execute(
+                f"UPDATE {s}.meta SET value = $1 WHERE key = 'store_id'", V2_STORE_ID
+            )
             for step in V2_STEPS:
                 await conn.execute(
                     f"INSERT INTO {s}.steps VALUES ($1, 'wf', $2, 'chat-1', $3)",

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         note(f"fleet: stopped by a signal; the fleet was torn down (timelines under {workdir})")
         return 130
     note(f"fleet: timelines under {workdir}")
-    return 0 if report.violations == 0 and report.errors == 0 else 1
+    return 0 if report.violations == 0 and not report.errors else 1
 
 
 def default_workdir() -> Path:

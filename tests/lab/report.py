@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from statistics import mean
+from typing import Any, Generic, Protocol, TypeVar
+
+from .verdicts import Tally
 
 
 def took(seconds: Sequence[float], digits: int = 1) -> str:
@@ -13,3 +17,31 @@ def took(seconds: Sequence[float], digits: int = 1) -> str:
     return (
         f"each took {middle:.{digits}f}s on average (min {low:.{digits}f}s, max {high:.{digits}f}s)"
     )
+
+
+class Judged(Protocol):
+    """A schedule's result: what the checks found, or the lab error that stopped it."""
+
+    @property
+    def findings(self) -> Tally[Any]: ...
+    @property
+    def error(self) -> str | None: ...
+
+
+R = TypeVar("R", bound=Judged)
+
+
+@dataclass
+class Results(Generic[R]):
+    """A campaign's results so far, in the order the schedules ended."""
+
+    results: list[R] = field(default_factory=list)
+
+    @property
+    def violations(self) -> int:
+        return sum(len(r.findings.violations) for r in self.results)
+
+    @property
+    def errors(self) -> list[R]:
+        """The schedules a lab error stopped before they could be judged."""
+        return [r for r in self.results if r.error is not None]
