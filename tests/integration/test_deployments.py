@@ -25,15 +25,10 @@ store and the Prefect API; nothing in the code under test is patched.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
-import signal
-import socket
 import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -61,7 +56,7 @@ from coder_chat.simulator import Simulator, SimulatorConfig, serve_simulator
 from coder_chat.simulator.state import Chat
 from prefect_coder.payments import serve_payments
 from prefect_coder.tasks.runs import run_name, slug
-from tests.integration.procs import boot_ticks, freeze_tree, survivors
+from tests.integration.procs import Proc, Processes, clean_env, free_port, until
 
 ROOT = Path(__file__).resolve().parents[2]
 PREFECT = str(Path(sys.executable).parent / "prefect")
@@ -87,136 +82,6 @@ pytestmark = [
 ]
 
 T = TypeVar("T")
-
-
-# -- real processes -----------------------------------------------------------------------------
-
-
-@dataclass
-class Proc:
-    name: str
-    proc: asyncio.subprocess.Process
-    log: Path
-
-    @property
-    def running(self) -> bool:
-        return self.proc.returncode is None
-
-    def tail(self, lines: int = 80) -> str:
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-
-@dataclass
-class Processes:
-    """Every process the test starts, each in its own session (a process group of its own)."""
-
-    root: Path
-    started: list[Proc] = field(default_factory=list)
-    #: Every process group the test has killed, and when (:func:`boot_ticks`).
-    killed: dict[int, int] = field(default_factory=dict)
-
-    async def start(self, name: str, *argv: str, env: dict[str, str], cwd: Path) -> Proc:
-        log = self.root / f"{name}.log"
-        with log.open("wb") as out:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                cwd=cwd,
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-            )
-        started = Proc(name, proc, log)
-        self.started.append(started)
-        return started
-
-    async def run(
-        self, name: str, *argv: str, env: dict[str, str], cwd: Path, timeout: float = 120.0
-    ) -> str:
-        """Run a command to its end; fail with its output unless it exits 0."""
-        proc = await self.start(name, *argv, env=env, cwd=cwd)
-        try:
-            async with asyncio.timeout(timeout):
-                code = await proc.proc.wait()
-        except TimeoutError:
-            self.kill(proc)
-            await proc.proc.wait()
-            raise AssertionError(f"`{' '.join(argv)}` did not end in {timeout}s") from None
-        output = proc.log.read_text(errors="replace")
-        assert code == 0, f"`{' '.join(argv)}` exited with {code}:\n{output}"
-        return output
-
-    def kill(self, proc: Proc) -> None:
-        """SIGKILL the process and everything it started: no ``finally``, no shutdown hook runs.
-
-        Prefect's process worker starts each flow run in a session of its own, so
-        the worker's process group alone is not the whole worker: every group in
-        the process tree is frozen first (so nothing forks or reparents in between),
-        then all are killed.
-        """
-        if proc.running:  # not reaped yet, so its pid (and group id) is still its own
-            groups = freeze_tree(proc.proc.pid) | {proc.proc.pid}
-            for group in groups:
-                self.killed[group] = boot_ticks()
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(group, signal.SIGKILL)
-
-    async def crash(self, proc: Proc) -> None:
-        assert proc.running, f"{proc.name} exited on its own:\n{proc.tail()}"
-        self.kill(proc)
-        await proc.proc.wait()
-
-    async def close(self) -> None:
-        for proc in self.started:
-            self.kill(proc)
-            with contextlib.suppress(ProcessLookupError):
-                await proc.proc.wait()
-
-    def leftovers(self) -> list[str]:
-        """Live processes still in any process group the test killed."""
-        return survivors(self.killed)
-
-    async def all_dead(self) -> bool:
-        return self.leftovers() == []
-
-    def diagnostics(self) -> str:
-        return "\n".join(
-            f"\n===== {p.name} (exit {p.proc.returncode}) =====\n{p.tail()}" for p in self.started
-        )
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def clean_env() -> dict[str, str]:
-    """This process's environment without any Prefect or Coder setting of its own."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "CODER_"))}
-
-
-async def until(
-    probe: Callable[[], Awaitable[T | None]],
-    what: str,
-    timeout: float,
-    watch: list[Proc],
-    interval: float = 0.2,
-) -> T:
-    """Poll ``probe`` until it returns something; fail early if a watched process died."""
-    loop = asyncio.get_running_loop()
-    give_up = loop.time() + timeout
-    while True:
-        value = await probe()
-        if value is not None and value is not False:
-            return value
-        for proc in watch:
-            assert proc.running, f"{proc.name} exited while waiting for {what}:\n{proc.tail()}"
-        assert loop.time() < give_up, f"timed out after {timeout}s waiting for {what}"
-        await asyncio.sleep(interval)
 
 
 # -- the peers' records -------------------------------------------------------------------------
