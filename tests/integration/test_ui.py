@@ -24,35 +24,37 @@ aborts any other request.
 from __future__ import annotations
 
 import re
-import shlex
 import uuid
 from pathlib import Path
 
 import pytest
 from playwright.async_api import Locator, Page, expect
 from prefect.client.orchestration import PrefectClient, get_client
-from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.settings import PREFECT_API_URL, temporary_settings
-from prefect.workers.process import ProcessWorker
 
-from prefect_coder.blocks import CoderCredentials
 from prefect_coder.tasks.runs import run_name, slug
-from tests.integration.browser import chromium, clear_screenshots, require_chromium, screenshot
-from tests.integration.procs import (
-    Proc,
-    Processes,
-    clean_env,
-    free_port,
-    http_ok,
-    managed_processes,
-    until,
-    wait_for_line,
+from tests.integration.browser import (
+    chromium,
+    clear_screenshots,
+    open_page,
+    require_chromium,
+    screenshot,
+)
+from tests.integration.procs import Proc, Processes, managed_processes, until
+from tests.integration.stack import (
+    coder_block,
+    create_process_pool,
+    deploy_all,
+    home_env,
+    start_server,
+    start_simulator,
+    start_worker,
 )
 from tests.pgcluster import PgCluster
 
-from .ui_support import BIN, POOL, ROOT, STARTUP_TIMEOUT, UI_TIMEOUT_MS, Clock, loopback_only
+from .ui_support import STARTUP_TIMEOUT, UI_TIMEOUT_MS, Clock
 
 BLOCK = "ui-simulator"
 PROMPTS = ["Say hello", "Say goodbye"]
@@ -78,105 +80,30 @@ async def test_launch_durable_chat_from_the_ui_and_read_the_run(tmp_path: Path) 
 
 async def scenario(procs: Processes, tmp: Path, browser_path: Path, database: str) -> None:
     clock = Clock()
-    port = free_port()
-    ui = f"http://127.0.0.1:{port}"
-    (tmp / "home").mkdir()
-    api = f"{ui}/api"
-    base_env = {
-        **clean_env(),
-        "HOME": str(tmp / "home"),
-        "PREFECT_HOME": str(tmp / "home" / ".prefect"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "DO_NOT_TRACK": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
+    env = home_env(tmp)
     # The server, with its UI (no scheduler: only the run the browser starts happens),
-    # and the simulator start together.
-    server = await procs.start(
-        "server",
-        str(BIN / "prefect"),
-        "server",
-        "start",
-        "--no-scheduler",
-        # Not --port: the UI finds the API through the setting (with --port alone it
-        # would look for it on 4200).
-        env={
-            **base_env,
-            "PREFECT_SERVER_API_HOST": "127.0.0.1",
-            "PREFECT_SERVER_API_PORT": str(port),
-            "PREFECT_API_DATABASE_CONNECTION_URL": database.replace(
-                "postgresql://", "postgresql+asyncpg://", 1
-            ),
-        },
-        cwd=tmp,
-    )
-    simulator = await procs.start(
-        "simulator", str(BIN / "prefect-coder"), "simulator", "--port", "0", env=base_env, cwd=tmp
-    )
-    # Chromium starts while the server does.
+    # and the simulator start together; Chromium while the server does.
+    server = await start_server(procs, tmp, env, database, ui=True)
+    simulator, coder = await start_simulator(procs, env, tmp, STARTUP_TIMEOUT)
     async with chromium(browser_path) as browser:
-        await wait_for_line(simulator, r"^export CODER_ORG_ID=", STARTUP_TIMEOUT)
-        coder = dict(
-            shlex.split(line)[1].split("=", 1)
-            for line in simulator.output().splitlines()
-            if line.startswith("export ")
-        )
-
-        async def healthy() -> bool:
-            return await http_ok(f"{api}/health")
-
-        await until(healthy, "the server's /api/health", STARTUP_TIMEOUT, [server], interval=0.5)
+        await server.healthy(STARTUP_TIMEOUT)
         clock.mark("server up")
-
-        cli_env = {**base_env, "PREFECT_API_URL": api}
-        with temporary_settings(updates={PREFECT_API_URL: api}):
+        cli_env = {**env, "PREFECT_API_URL": server.api}
+        with temporary_settings(updates={PREFECT_API_URL: server.api}):
             async with get_client() as client:
-                # The pool, as `prefect work-pool create --type process` makes it, and the
-                # block, as a user saves one; then the deployments from the YAML and the
-                # worker, side by side. The worker has no CODER_* settings: the block
-                # picked in the form is all it has.
-                await client.create_work_pool(
-                    WorkPoolCreate(
-                        name=POOL,
-                        type="process",
-                        base_job_template=ProcessWorker.get_default_base_job_template(),
-                    )
-                )
-                credentials = CoderCredentials(
-                    base_url=coder["CODER_URL"],
-                    token=coder["CODER_SESSION_TOKEN"],
-                    organization_id=coder["CODER_ORG_ID"],
-                )
-                await credentials.asave(BLOCK, overwrite=True, client=client)
-                worker = await procs.start(
-                    "worker",
-                    str(BIN / "prefect"),
-                    "--no-prompt",
-                    "worker",
-                    "start",
-                    "--pool",
-                    POOL,
-                    env={**cli_env, "PREFECT_WORKER_QUERY_SECONDS": "1"},
-                    cwd=tmp,
-                )
-                await procs.run(
-                    "deploy",
-                    str(BIN / "prefect"),
-                    "--no-prompt",
-                    "deploy",
-                    "--all",
-                    "--prefect-file",
-                    "deployments/prefect.yaml",
-                    env=cli_env,
-                    cwd=ROOT,
-                    watch=[server, worker],
-                )
+                # The pool and the block, as a user saves one; then the deployments from
+                # the YAML and the worker, side by side. The worker has no CODER_*
+                # settings: the block picked in the form is all it has.
+                await create_process_pool(client)
+                await coder_block(coder).asave(BLOCK, overwrite=True, client=client)
+                worker_env = {**cli_env, "PREFECT_WORKER_QUERY_SECONDS": "1"}
+                worker = await start_worker(procs, worker_env, tmp)
+                await deploy_all(procs, cli_env, [server.proc, worker])
                 clock.mark("deployed")
-                page = await browser.new_page(viewport={"width": 1400, "height": 2000})
-                page.set_default_timeout(UI_TIMEOUT_MS)
-                await page.route("**/*", loopback_only)
+                page = await open_page(browser, height=2000, timeout_ms=UI_TIMEOUT_MS)
+                watch = [server.proc, worker, simulator]
                 try:
-                    await drive(page, client, ui, [server, worker, simulator], clock)
+                    await drive(page, client, server.url, watch, clock)
                 except BaseException:
                     await screenshot(page, "ui-failure")
                     raise

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,6 @@ from typing import Any
 import pytest
 from playwright.async_api import Page, expect
 from prefect.client.orchestration import PrefectClient, get_client
-from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.client.schemas.filters import (
     ArtifactFilter,
     ArtifactFilterFlowRunId,
@@ -46,33 +44,33 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import Artifact, FlowRun, StateType
 from prefect.settings import PREFECT_API_URL, temporary_settings
-from prefect.workers.process import ProcessWorker
 
 from coder_chat.durable.markers import step_marker
 from coder_chat.durable.records import WorkflowRecord, WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
-from prefect_coder.blocks import CoderCredentials
 from prefect_coder.tasks.runs import run_name
 from tests.fleet.truth import ChatTruth, Truth, read_truth
-from tests.integration.browser import chromium, clear_screenshots, require_chromium, screenshot
-from tests.integration.procs import (
-    Proc,
-    Processes,
-    clean_env,
-    free_port,
-    http_ok,
-    managed_processes,
-    until,
-    wait_for_line,
+from tests.integration.browser import (
+    chromium,
+    clear_screenshots,
+    open_page,
+    require_chromium,
+    screenshot,
+)
+from tests.integration.procs import Proc, Processes, managed_processes, until
+from tests.integration.stack import (
+    coder_block,
+    create_process_pool,
+    deploy_all,
+    home_env,
+    start_server,
+    start_simulator,
+    start_worker,
 )
 from tests.integration.ui_support import (
-    BIN,
-    POOL,
-    ROOT,
     STARTUP_TIMEOUT,
     UI_TIMEOUT_MS,
     Clock,
-    loopback_only,
 )
 from tests.pgcluster import PgCluster
 
@@ -101,111 +99,33 @@ async def test_cancel_a_running_workflow_from_the_ui(tmp_path: Path) -> None:
 
 async def scenario(procs: Processes, tmp: Path, browser_path: Path, database: str) -> None:
     clock = Clock()
-    port = free_port()
-    ui = f"http://127.0.0.1:{port}"
-    api = f"{ui}/api"
-    (tmp / "home").mkdir()
+    env = home_env(tmp)
     ledger = tmp / "ledger.sqlite3"
-    base_env = {
-        **clean_env(),
-        "HOME": str(tmp / "home"),
-        "PREFECT_HOME": str(tmp / "home" / ".prefect"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "DO_NOT_TRACK": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
     # No scheduler: only the runs this test makes happen (the sweep's too).
-    server = await procs.start(
-        "server",
-        str(BIN / "prefect"),
-        "server",
-        "start",
-        "--no-scheduler",
-        env={
-            **base_env,
-            "PREFECT_SERVER_API_HOST": "127.0.0.1",
-            "PREFECT_SERVER_API_PORT": str(port),
-            "PREFECT_API_DATABASE_CONNECTION_URL": database.replace(
-                "postgresql://", "postgresql+asyncpg://", 1
-            ),
-        },
-        cwd=tmp,
-    )
-    simulator = await procs.start(
-        "simulator", str(BIN / "prefect-coder"), "simulator", "--port", "0", env=base_env, cwd=tmp
-    )
+    server = await start_server(procs, tmp, env, database, ui=True)
+    simulator, coder = await start_simulator(procs, env, tmp, STARTUP_TIMEOUT)
     async with chromium(browser_path) as browser:
-        await wait_for_line(simulator, r"^export CODER_ORG_ID=", STARTUP_TIMEOUT)
-        coder = dict(
-            shlex.split(line)[1].split("=", 1)
-            for line in simulator.output().splitlines()
-            if line.startswith("export ")
-        )
-
-        async def healthy() -> bool:
-            return await http_ok(f"{api}/health")
-
-        await until(healthy, "the server's /api/health", STARTUP_TIMEOUT, [server], interval=0.5)
+        await server.healthy(STARTUP_TIMEOUT)
         clock.mark("server up")
-        cli_env = {**base_env, "PREFECT_API_URL": api}
-        with temporary_settings(updates={PREFECT_API_URL: api}):
+        cli_env = {**env, "PREFECT_API_URL": server.api}
+        with temporary_settings(updates={PREFECT_API_URL: server.api}):
             async with get_client() as client:
-                await client.create_work_pool(
-                    WorkPoolCreate(
-                        name=POOL,
-                        type="process",
-                        base_job_template=ProcessWorker.get_default_base_job_template(),
-                    )
-                )
-                credentials = CoderCredentials(
-                    base_url=coder["CODER_URL"],
-                    token=coder["CODER_SESSION_TOKEN"],
-                    organization_id=coder["CODER_ORG_ID"],
-                )
-                block_id = await credentials.asave(BLOCK, overwrite=True, client=client)
+                await create_process_pool(client)
+                block_id = await coder_block(coder).asave(BLOCK, overwrite=True, client=client)
                 # The worker's flow runs (durable-chat's and the sweep's) share the
                 # embedded store: this file, which the test reads afterwards.
-                worker = await procs.start(
-                    "worker",
-                    str(BIN / "prefect"),
-                    "--no-prompt",
-                    "worker",
-                    "start",
-                    "--pool",
-                    POOL,
-                    env={
-                        **cli_env,
-                        "PREFECT_WORKER_QUERY_SECONDS": "1",
-                        "PREFECT_CODER_SQLITE_PATH": str(ledger),
-                    },
-                    cwd=tmp,
-                )
-                await procs.run(
-                    "deploy",
-                    str(BIN / "prefect"),
-                    "--no-prompt",
-                    "deploy",
-                    "--all",
-                    "--prefect-file",
-                    "deployments/prefect.yaml",
-                    env=cli_env,
-                    cwd=ROOT,
-                    watch=[server, worker],
-                )
+                worker_env = {
+                    **cli_env,
+                    "PREFECT_WORKER_QUERY_SECONDS": "1",
+                    "PREFECT_CODER_SQLITE_PATH": str(ledger),
+                }
+                worker = await start_worker(procs, worker_env, tmp)
+                await deploy_all(procs, cli_env, [server.proc, worker])
                 clock.mark("deployed")
-                page = await browser.new_page(viewport={"width": 1400, "height": 1600})
-                page.set_default_timeout(UI_TIMEOUT_MS)
-                await page.route("**/*", loopback_only)
-                stack = Stack(
-                    client=client,
-                    page=page,
-                    ui=ui,
-                    coder=coder,
-                    ledger=ledger,
-                    credentials={"$ref": {"block_document_id": str(block_id)}},
-                    watch=[server, worker, simulator],
-                    clock=clock,
-                )
+                page = await open_page(browser, height=1600, timeout_ms=UI_TIMEOUT_MS)
+                credentials = {"$ref": {"block_document_id": str(block_id)}}
+                watch = [server.proc, worker, simulator]
+                stack = Stack(client, page, server.url, coder, ledger, credentials, watch, clock)
                 try:
                     await drive(stack)
                 except BaseException:
