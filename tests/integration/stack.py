@@ -64,9 +64,10 @@ class Server:
 
 
 async def start_server(
-    procs: Processes, tmp: Path, env: dict[str, str], database: str, ui: bool = False
+    procs: Processes, tmp: Path, env: dict[str, str], database: str | None, ui: bool = False
 ) -> Server:
-    """Start the server on a free port, its database the PostgreSQL at ``database``.
+    """Start the server on a free port, its database the PostgreSQL at ``database`` (None:
+    Prefect's own SQLite file under ``PREFECT_HOME``).
 
     The port is a setting, not ``--port``: with ``--port`` alone the UI would look for the
     API on 4200.
@@ -76,21 +77,26 @@ async def start_server(
         **env,
         "PREFECT_SERVER_API_HOST": "127.0.0.1",
         "PREFECT_SERVER_API_PORT": str(port),
-        "PREFECT_API_DATABASE_CONNECTION_URL": database.replace(
-            "postgresql://", "postgresql+asyncpg://", 1
-        ),
     }
+    if database is not None:
+        async_url = database.replace("postgresql://", "postgresql+asyncpg://", 1)
+        server_env["PREFECT_API_DATABASE_CONNECTION_URL"] = async_url
     argv = ["server", "start", "--no-scheduler", *([] if ui else ["--no-ui"])]
     proc = await procs.start("server", PREFECT, *argv, env=server_env, cwd=tmp)
     return Server(proc, f"http://127.0.0.1:{port}")
 
 
 async def start_simulator(
-    procs: Processes, env: dict[str, str], cwd: Path, timeout: float
+    procs: Processes,
+    env: dict[str, str],
+    cwd: Path,
+    timeout: float,
+    program: str = str(BIN / "prefect-coder"),
 ) -> tuple[Proc, dict[str, str]]:
-    """``prefect-coder simulator`` and the ``CODER_*`` variables it prints for its users."""
+    """``prefect-coder simulator`` (this environment's, unless ``program`` names another)
+    and the ``CODER_*`` variables it prints for its users."""
     argv = ["simulator", "--port", "0"]
-    proc = await procs.start("simulator", str(BIN / "prefect-coder"), *argv, env=env, cwd=cwd)
+    proc = await procs.start("simulator", program, *argv, env=env, cwd=cwd)
     await wait_for_line(proc, r"^export CODER_ORG_ID=", timeout)
     coder = dict(
         shlex.split(line)[1].split("=", 1)

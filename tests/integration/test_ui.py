@@ -122,9 +122,19 @@ async def drive(
 ) -> None:
     deployment = await client.read_deployment_by_name("durable-chat/durable-chat")
     workflow_id = f"ui-{uuid.uuid4().hex[:8]}"
+    await fill_the_form(page, f"{ui}/deployments/deployment/{deployment.id}/run", workflow_id)
+    clock.mark("form filled")
+    run = await submit_the_form(page, client, workflow_id, watch)
+    clock.mark("run completed")
+    await read_the_run(page, ui, run, workflow_id)
+    clock.mark("run page checked")
+    await launch_many(page, client, ui, watch, clock)
+    await read_the_block(page, client, ui)
 
-    # 1. The custom run form: workflow_id, one prompt per step, the saved credentials.
-    await page.goto(f"{ui}/deployments/deployment/{deployment.id}/run", timeout=UI_TIMEOUT_MS)
+
+async def fill_the_form(page: Page, form: str, workflow_id: str) -> None:
+    """1. The custom run form: workflow_id, one prompt per step, the saved credentials."""
+    await page.goto(form, timeout=UI_TIMEOUT_MS)
     await form_property(page, "workflow_id").locator("textarea").fill(workflow_id)
     prompts = form_property(page, "prompts")
     for count, prompt in enumerate(PROMPTS, start=1):
@@ -140,9 +150,12 @@ async def drive(
     await page.get_by_role("option", name=BLOCK).click(timeout=UI_TIMEOUT_MS)
     await expect(credentials.locator(".p-select-button__value")).to_have_text(BLOCK)
     await screenshot(page, "ui-run-form")
-    clock.mark("form filled")
 
-    # 2. Launch it; the form's own validation must pass, and the run is created.
+
+async def submit_the_form(
+    page: Page, client: PrefectClient, workflow_id: str, watch: list[Proc]
+) -> FlowRun:
+    """2. Launch it; the form's own validation must pass, the run is created and completes."""
     await page.get_by_role("button", name="Submit").click()
 
     async def created() -> FlowRun | None:
@@ -169,9 +182,11 @@ async def drive(
     finished = await until(ended, "the run to end", 180, watch, interval=0.5)
     assert finished.state is not None
     assert finished.state.type == StateType.COMPLETED, finished.state
-    clock.mark("run completed")
+    return run
 
-    # 3. The run's page: its name, Completed, each step's verdict in the logs.
+
+async def read_the_run(page: Page, ui: str, run: FlowRun, workflow_id: str) -> None:
+    """3. The run's page: its name, Completed, each step's verdict in the logs."""
     await page.goto(f"{ui}/runs/flow-run/{run.id}", timeout=UI_TIMEOUT_MS)
     name = run_name(workflow_id, 1)
     await expect(page.get_by_text(name, exact=True).first).to_be_visible(timeout=UI_TIMEOUT_MS)
@@ -188,9 +203,6 @@ async def drive(
     done = f"step {len(PROMPTS)} of {len(PROMPTS)} done"
     await expect(page.get_by_text(done).first).to_be_visible(timeout=UI_TIMEOUT_MS)
     await screenshot(page, "ui-run-artifacts")
-    clock.mark("run page checked")
-    await launch_many(page, client, ui, watch, clock)
-    await read_the_block(page, client, ui)
 
 
 async def launch_many(

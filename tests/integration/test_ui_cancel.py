@@ -184,11 +184,18 @@ def sent(chats: list[ChatTruth], marker: str) -> int:
 
 
 async def drive(stack: Stack) -> None:
-    client, page, ui = stack.client, stack.page, stack.ui
-    deployment = await client.read_deployment_by_name("durable-chat/durable-chat")
     workflow_id = f"ui-cancel-{uuid.uuid4().hex[:8]}"
+    launched, chat = await launch_a_long_turn(stack, workflow_id)
+    await cancel_in_the_ui(stack, launched, workflow_id)
+    await sweep_the_cancel(stack, launched, chat, workflow_id)
+    await sweep_again_changes_nothing(stack, launched, workflow_id)
 
-    # 1. The launch (through the API): step 1 takes minutes on the simulator.
+
+async def launch_a_long_turn(stack: Stack, workflow_id: str) -> tuple[FlowRun, ChatTruth]:
+    """1. The launch (through the API): step 1 takes minutes on the simulator; then
+    2. its chat is running step 1, and the run is Running."""
+    client = stack.client
+    deployment = await client.read_deployment_by_name("durable-chat/durable-chat")
     launched = await client.create_flow_run_from_deployment(
         deployment.id,
         parameters={
@@ -198,7 +205,6 @@ async def drive(stack: Stack) -> None:
         },
     )
 
-    # 2. Its chat is running step 1, and the run is Running.
     async def mid_turn() -> ChatTruth | None:
         run = await client.read_flow_run(launched.id)
         assert run.state is None or not run.state.is_final(), run.state
@@ -212,8 +218,13 @@ async def drive(stack: Stack) -> None:
 
     chat = await until(mid_turn, "step 1 to be running", STARTUP_TIMEOUT, stack.watch)
     stack.clock.mark("step 1 running")
+    return launched, chat
 
-    # 3. The person's cancel, on the run's page: "Cancel", then "Confirm" in the modal.
+
+async def cancel_in_the_ui(stack: Stack, launched: FlowRun, workflow_id: str) -> None:
+    """3. The person's cancel, on the run's page: "Cancel", then "Confirm" in the modal;
+    4. the worker stops the run's process (SIGTERM, then SIGKILL); the run ends Cancelled."""
+    page, ui = stack.page, stack.ui
     await page.goto(f"{ui}/runs/flow-run/{launched.id}", timeout=UI_TIMEOUT_MS)
     name = run_name(workflow_id, 1)
     await expect(page.get_by_text(name, exact=True).first).to_be_visible(timeout=UI_TIMEOUT_MS)
@@ -227,8 +238,6 @@ async def drive(stack: Stack) -> None:
     await screenshot(page, "cancel-2-confirm")
     await modal.get_by_role("button", name="Confirm").click()
     await expect(modal).to_be_hidden()
-
-    # 4. The worker stops the run's process (SIGTERM, then SIGKILL); the run ends Cancelled.
     cancelled = await stack.ended(launched.id, "the run to end Cancelled", 120)
     assert cancelled.state is not None and cancelled.state.type == StateType.CANCELLED, (
         cancelled.state
@@ -246,15 +255,18 @@ async def drive(stack: Stack) -> None:
     assert record is not None and record.state == WorkflowState.RUNNING, record
     assert record.flow_run_id == str(launched.id)
 
-    # 5. The shipped sweep, as its schedule runs it: ends the workflow, relaunches nothing.
+
+async def sweep_the_cancel(
+    stack: Stack, launched: FlowRun, chat: ChatTruth, workflow_id: str
+) -> None:
+    """5. The shipped sweep, as its schedule runs it: ends the workflow, relaunches nothing;
+    6. what a person finds: the workflow ended for good, its chat archived, step 2 never
+    sent, no other run of durable-chat, and the cancelled run's log saying why."""
     first = await sweep(stack)
     assert first["end"] == [workflow_id], first
     assert first["relaunch"] == [], first
     assert first["summary"].endswith("0 stranded workflow(s), 1 cancelled by a person."), first
     stack.clock.mark("swept")
-
-    # 6. What a person finds: the workflow ended for good, its chat archived, step 2 never
-    # sent, no other run of durable-chat, and the cancelled run's log saying why.
     record = await stack.workflow(workflow_id)
     assert record is not None and record.state == WorkflowState.CANCELLED, record
     truth = await stack.truth()
@@ -273,7 +285,12 @@ async def drive(stack: Stack) -> None:
     said = await until(noted, "the note on the cancelled run", 60, stack.watch)
     assert said and said[0].startswith(f"Workflow {workflow_id} is cancelled: "), said
     assert "archived" in said[0], said
+    await read_the_note(stack, first["run"], workflow_id)
 
+
+async def read_the_note(stack: Stack, sweep_run: str, workflow_id: str) -> None:
+    """The note on the cancelled run's page and the sweep's own run, under Artifacts."""
+    page = stack.page
     await page.reload()
     note = page.get_by_text(f"Workflow {workflow_id} is cancelled:")
     await expect(note.first).to_be_visible(timeout=UI_TIMEOUT_MS)
@@ -281,7 +298,7 @@ async def drive(stack: Stack) -> None:
     await screenshot(page, "cancel-4-log")
 
     # ... and the sweep's own run, under Artifacts: the workflow it ended, and why.
-    await page.goto(f"{ui}/runs/flow-run/{first['run']}", timeout=UI_TIMEOUT_MS)
+    await page.goto(f"{stack.ui}/runs/flow-run/{sweep_run}", timeout=UI_TIMEOUT_MS)
     await page.locator("li.p-tab", has_text="Artifacts").click()
     await page.get_by_role("link", name=re.compile(r"^table orphan-sweep-durable-chat")).click()
     await expect(page.get_by_text("cancelled by a person").first).to_be_visible(
@@ -289,7 +306,9 @@ async def drive(stack: Stack) -> None:
     )
     await screenshot(page, "cancel-5-sweep")
 
-    # 7. However often the sweep comes round, nothing changes.
+
+async def sweep_again_changes_nothing(stack: Stack, launched: FlowRun, workflow_id: str) -> None:
+    """7. However often the sweep comes round, nothing changes."""
     again = await sweep(stack)
     assert again["end"] == [] and again["relaunch"] == [], again
     assert again["summary"].endswith("0 stranded workflow(s)."), again
