@@ -22,8 +22,14 @@ from pathlib import Path
 from typing import TypeVar
 
 import httpx
+import pytest
 
 T = TypeVar("T")
+
+#: For a test that reads process trees (to find and kill a worker's flow runs) in /proc.
+NEEDS_PROC = pytest.mark.skipif(
+    not Path("/proc/self/stat").exists(), reason="reads process trees in /proc"
+)
 
 
 @dataclass

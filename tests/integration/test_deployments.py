@@ -56,7 +56,7 @@ from coder_chat.simulator import Simulator, SimulatorConfig, serve_simulator
 from coder_chat.simulator.state import Chat
 from prefect_coder.payments import Ledger, serve_payments
 from prefect_coder.tasks.runs import run_name, slug
-from tests.integration.procs import Proc, Processes, clean_env, until
+from tests.integration.procs import NEEDS_PROC, Proc, Processes, clean_env, until
 from tests.integration.stack import POOL, PREFECT, ROOT, deploy_all, start_server, start_worker
 
 CHARGE_CARD = "prefect_coder.demo_tools:charge_card"
@@ -72,12 +72,7 @@ TERMINAL = frozenset(
     {StateType.COMPLETED, StateType.FAILED, StateType.CRASHED, StateType.CANCELLED}
 )
 
-pytestmark = [
-    pytest.mark.timeout(900),
-    pytest.mark.skipif(
-        not Path("/proc/self/stat").exists(), reason="finds a worker's process tree in /proc"
-    ),
-]
+pytestmark = [pytest.mark.timeout(900), NEEDS_PROC]
 
 T = TypeVar("T")
 

@@ -49,7 +49,7 @@ from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
 from coder_chat.simulator.faults import HeldRequest
 from prefect_coder.tasks.runs import REFUSED
-from tests.integration.procs import Proc, Processes, managed_processes, processes, until
+from tests.integration.procs import NEEDS_PROC, Proc, Processes, managed_processes, processes, until
 from tests.integration.stack import (
     PREFECT,
     create_process_pool,
@@ -59,12 +59,7 @@ from tests.integration.stack import (
 )
 from tests.pgcluster import PgCluster
 
-pytestmark = [
-    pytest.mark.timeout(600),
-    pytest.mark.skipif(
-        not Path("/proc/self/stat").exists(), reason="finds the flow run's process in /proc"
-    ),
-]
+pytestmark = [pytest.mark.timeout(600), NEEDS_PROC]
 
 POOL = "reviews"
 FLOW = "code-review"

@@ -29,42 +29,27 @@ from pathlib import Path
 
 import pytest
 from playwright.async_api import Locator, Page, expect
-from prefect.client.orchestration import PrefectClient, get_client
+from prefect.client.orchestration import PrefectClient
 from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
 from prefect.client.schemas.objects import FlowRun, StateType
-from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from prefect_coder.tasks.runs import run_name, slug
 from tests.integration.browser import (
-    chromium,
     clear_screenshots,
     open_page,
     require_chromium,
     screenshot,
 )
-from tests.integration.procs import Proc, Processes, managed_processes, until
-from tests.integration.stack import (
-    coder_block,
-    create_process_pool,
-    deploy_all,
-    home_env,
-    start_server,
-    start_simulator,
-    start_worker,
-)
+from tests.integration.procs import NEEDS_PROC, Proc, Processes, managed_processes, until
+from tests.integration.ui_stack import ui_stack
 from tests.pgcluster import PgCluster
 
-from .ui_support import STARTUP_TIMEOUT, UI_TIMEOUT_MS, Clock
+from .ui_support import UI_TIMEOUT_MS, Clock
 
 BLOCK = "ui-simulator"
 PROMPTS = ["Say hello", "Say goodbye"]
 
-pytestmark = [
-    pytest.mark.timeout(480),
-    pytest.mark.skipif(
-        not Path("/proc/self/stat").exists(), reason="finds a worker's process tree in /proc"
-    ),
-]
+pytestmark = [pytest.mark.timeout(480), NEEDS_PROC]
 
 
 async def test_launch_durable_chat_from_the_ui_and_read_the_run(tmp_path: Path) -> None:
@@ -79,34 +64,13 @@ async def test_launch_durable_chat_from_the_ui_and_read_the_run(tmp_path: Path) 
 
 
 async def scenario(procs: Processes, tmp: Path, browser_path: Path, database: str) -> None:
-    clock = Clock()
-    env = home_env(tmp)
-    # The server, with its UI (no scheduler: only the run the browser starts happens),
-    # and the simulator start together; Chromium while the server does.
-    server = await start_server(procs, tmp, env, database, ui=True)
-    simulator, coder = await start_simulator(procs, env, tmp, STARTUP_TIMEOUT)
-    async with chromium(browser_path) as browser:
-        await server.healthy(STARTUP_TIMEOUT)
-        clock.mark("server up")
-        cli_env = {**env, "PREFECT_API_URL": server.api}
-        with temporary_settings(updates={PREFECT_API_URL: server.api}):
-            async with get_client() as client:
-                # The pool and the block, as a user saves one; then the deployments from
-                # the YAML and the worker, side by side. The worker has no CODER_*
-                # settings: the block picked in the form is all it has.
-                await create_process_pool(client)
-                await coder_block(coder).asave(BLOCK, overwrite=True, client=client)
-                worker_env = {**cli_env, "PREFECT_WORKER_QUERY_SECONDS": "1"}
-                worker = await start_worker(procs, worker_env, tmp)
-                await deploy_all(procs, cli_env, [server.proc, worker])
-                clock.mark("deployed")
-                page = await open_page(browser, height=2000, timeout_ms=UI_TIMEOUT_MS)
-                watch = [server.proc, worker, simulator]
-                try:
-                    await drive(page, client, server.url, watch, clock)
-                except BaseException:
-                    await screenshot(page, "ui-failure")
-                    raise
+    async with ui_stack(procs, tmp, browser_path, database, BLOCK, {}) as stack:
+        page = await open_page(stack.browser, height=2000, timeout_ms=UI_TIMEOUT_MS)
+        try:
+            await drive(page, stack.client, stack.server.url, stack.watch, stack.clock)
+        except BaseException:
+            await screenshot(page, "ui-failure")
+            raise
 
 
 def form_property(page: Page, label: str) -> Locator:

@@ -33,7 +33,7 @@ from typing import Any
 
 import pytest
 from playwright.async_api import Page, expect
-from prefect.client.orchestration import PrefectClient, get_client
+from prefect.client.orchestration import PrefectClient
 from prefect.client.schemas.filters import (
     ArtifactFilter,
     ArtifactFilterFlowRunId,
@@ -43,7 +43,6 @@ from prefect.client.schemas.filters import (
     LogFilterFlowRunId,
 )
 from prefect.client.schemas.objects import Artifact, FlowRun, StateType
-from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from coder_chat.durable.markers import step_marker
 from coder_chat.durable.records import WorkflowRecord, WorkflowState
@@ -51,22 +50,13 @@ from coder_chat.durable.sqlite import SqliteStore
 from prefect_coder.tasks.runs import run_name
 from tests.fleet.truth import ChatTruth, Truth, read_truth
 from tests.integration.browser import (
-    chromium,
     clear_screenshots,
     open_page,
     require_chromium,
     screenshot,
 )
-from tests.integration.procs import Proc, Processes, managed_processes, until
-from tests.integration.stack import (
-    coder_block,
-    create_process_pool,
-    deploy_all,
-    home_env,
-    start_server,
-    start_simulator,
-    start_worker,
-)
+from tests.integration.procs import NEEDS_PROC, Proc, Processes, managed_processes, until
+from tests.integration.ui_stack import ui_stack
 from tests.integration.ui_support import (
     STARTUP_TIMEOUT,
     UI_TIMEOUT_MS,
@@ -80,12 +70,7 @@ FIRST = "Read it all /sleep 120"
 SECOND = "Now write the report"
 SWEEP_TIMEOUT = 180.0
 
-pytestmark = [
-    pytest.mark.timeout(480),
-    pytest.mark.skipif(
-        not Path("/proc/self/stat").exists(), reason="finds a worker's process tree in /proc"
-    ),
-]
+pytestmark = [pytest.mark.timeout(480), NEEDS_PROC]
 
 
 async def test_cancel_a_running_workflow_from_the_ui(tmp_path: Path) -> None:
@@ -98,39 +83,21 @@ async def test_cancel_a_running_workflow_from_the_ui(tmp_path: Path) -> None:
 
 
 async def scenario(procs: Processes, tmp: Path, browser_path: Path, database: str) -> None:
-    clock = Clock()
-    env = home_env(tmp)
+    # The worker's flow runs (durable-chat's and the sweep's) share the embedded store:
+    # this file, which the test reads afterwards.
     ledger = tmp / "ledger.sqlite3"
-    # No scheduler: only the runs this test makes happen (the sweep's too).
-    server = await start_server(procs, tmp, env, database, ui=True)
-    simulator, coder = await start_simulator(procs, env, tmp, STARTUP_TIMEOUT)
-    async with chromium(browser_path) as browser:
-        await server.healthy(STARTUP_TIMEOUT)
-        clock.mark("server up")
-        cli_env = {**env, "PREFECT_API_URL": server.api}
-        with temporary_settings(updates={PREFECT_API_URL: server.api}):
-            async with get_client() as client:
-                await create_process_pool(client)
-                block_id = await coder_block(coder).asave(BLOCK, overwrite=True, client=client)
-                # The worker's flow runs (durable-chat's and the sweep's) share the
-                # embedded store: this file, which the test reads afterwards.
-                worker_env = {
-                    **cli_env,
-                    "PREFECT_WORKER_QUERY_SECONDS": "1",
-                    "PREFECT_CODER_SQLITE_PATH": str(ledger),
-                }
-                worker = await start_worker(procs, worker_env, tmp)
-                await deploy_all(procs, cli_env, [server.proc, worker])
-                clock.mark("deployed")
-                page = await open_page(browser, height=1600, timeout_ms=UI_TIMEOUT_MS)
-                credentials = {"$ref": {"block_document_id": str(block_id)}}
-                watch = [server.proc, worker, simulator]
-                stack = Stack(client, page, server.url, coder, ledger, credentials, watch, clock)
-                try:
-                    await drive(stack)
-                except BaseException:
-                    await screenshot(page, "cancel-failure")
-                    raise
+    settings = {"PREFECT_CODER_SQLITE_PATH": str(ledger)}
+    async with ui_stack(procs, tmp, browser_path, database, BLOCK, settings) as deployed:
+        page = await open_page(deployed.browser, height=1600, timeout_ms=UI_TIMEOUT_MS)
+        credentials = {"$ref": {"block_document_id": str(deployed.block_id)}}
+        client, ui, coder = deployed.client, deployed.server.url, deployed.coder
+        watch, clock = deployed.watch, deployed.clock
+        stack = Stack(client, page, ui, coder, ledger, credentials, watch, clock)
+        try:
+            await drive(stack)
+        except BaseException:
+            await screenshot(page, "cancel-failure")
+            raise
 
 
 @dataclass

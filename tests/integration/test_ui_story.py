@@ -45,7 +45,14 @@ from tests.integration.browser import (
     require_chromium,
     screenshot,
 )
-from tests.integration.procs import Proc, Processes, managed_processes, until, wait_for_line
+from tests.integration.procs import (
+    NEEDS_PROC,
+    Proc,
+    Processes,
+    managed_processes,
+    until,
+    wait_for_line,
+)
 from tests.integration.stack import home_env, start_server, start_simulator
 from tests.integration.ui_support import ROOT, STARTUP_TIMEOUT, UI_TIMEOUT_MS
 from tests.pgcluster import PgCluster
@@ -58,12 +65,7 @@ PLAN = {"amount_cents": 30_000, "reason": "broken on arrival"}
 THINKING = 45
 RUN_TIMEOUT = 240.0
 
-pytestmark = [
-    pytest.mark.timeout(480),
-    pytest.mark.skipif(
-        not Path("/proc/self/stat").exists(), reason="finds a worker's process tree in /proc"
-    ),
-]
+pytestmark = [pytest.mark.timeout(480), NEEDS_PROC]
 
 
 async def test_a_long_turn_and_a_paused_run_read_in_the_ui(tmp_path: Path) -> None:
