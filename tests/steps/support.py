@@ -1,8 +1,15 @@
-"""What the step tests share: a charge tool that counts its calls, and short timings."""
+"""What the step tests share: a charge tool that counts its calls, short timings, and the
+``store`` fixture (an SQLite store of the test's own; the step and sweep conftests offer it)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
 from coder_chat.durable.context import DurableOptions
+from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.tools import durable_tool
 
 CHARGES: list[tuple[int, str]] = []
@@ -16,3 +23,11 @@ async def charge_card(amount_cents: int, idempotency_key: str) -> str:
 
 
 FAST = DurableOptions(request_timeout=10, step_deadline=30, poll_interval=0.02, redial_initial=0.01)
+
+
+@pytest.fixture(name="store")
+async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
+    """An SQLite store in the test's own folder, closed after it."""
+    store = SqliteStore(tmp_path / "ledger.db")
+    yield store
+    await store.close()

@@ -9,11 +9,6 @@ once (the campaign's 20261312/4, where the step kept "charge failed" as its resu
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
-
 from coder_chat import ChatClient
 from coder_chat.durable.context import StepContext, StepTools
 from coder_chat.durable.markers import chat_labels
@@ -26,13 +21,6 @@ from coder_chat.simulator import Simulator
 from tests.simulator.wire import Wire
 
 from .support import CHARGES, FAST, charge_card
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    s = SqliteStore(tmp_path / "ledger.db")
-    yield s
-    await s.close()
 
 
 async def test_a_step_whose_calls_a_cancel_answered_not_run_goes_again_on_resume(

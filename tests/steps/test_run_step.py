@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -33,13 +32,6 @@ from tests.sim_timings import fast_config
 from tests.simulator.wire import Wire
 
 from .support import CHARGES, FAST, charge_card
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    s = SqliteStore(tmp_path / "ledger.db")
-    yield s
-    await s.close()
 
 
 async def crashed_attempt(

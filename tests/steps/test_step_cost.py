@@ -6,11 +6,6 @@ counts the write transactions it committed.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
-
 from coder_chat import ChatClient, ChatSession
 from coder_chat.durable.context import DurableOptions, StepContext, StepTools
 from coder_chat.durable.fence import FenceGuard
@@ -19,13 +14,6 @@ from coder_chat.durable.step import StepSpec, run_step
 from coder_chat.simulator import Simulator
 
 FAST = DurableOptions(request_timeout=10, step_deadline=30, poll_interval=0.02)
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    s = SqliteStore(tmp_path / "ledger.db")
-    yield s
-    await s.close()
 
 
 def served(sim: Simulator) -> list[str]:

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
-
-import pytest
 
 from coder_chat import ChatClient
 from coder_chat.durable.context import DurableOptions, StepTools
@@ -18,13 +15,6 @@ from coder_chat.simulator import Simulator
 from tests.simulator.wire import Wire, declare
 
 TOOLS = declare("charge_card")
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    s = SqliteStore(tmp_path / "ledger.db")
-    yield s
-    await s.close()
 
 
 async def labelled(
