@@ -128,3 +128,19 @@ def collapse_parts(trace: list[str]) -> list[str]:
             continue
         out.append("message_part*" if item == "message_part" else item)
     return out
+
+
+#: Coder's message for a chat (or a resource) the caller cannot see.
+NOT_FOUND = "Resource not found or you do not have access to this resource"
+
+
+def expect_error(
+    response: httpx.Response, status: int, message: str, detail: str | None = None
+) -> dict[str, Any]:
+    """Assert Coder's error body: the status, the verbatim message and (if given) detail."""
+    assert response.status_code == status, response.text
+    body: dict[str, Any] = response.json()
+    assert body["message"] == message
+    if detail is not None:
+        assert body.get("detail") == detail
+    return body
