@@ -17,6 +17,8 @@ from coder_chat.durable.markers import LABEL_WORKFLOW, step_marker
 from coder_chat.simulator import Simulator
 from coder_chat.simulator.state import Chat, Message, now
 
+from .tasks import in_background
+
 #: The client tools a campaign chat declares: an answer is the text after the last call.
 CLIENT_TOOLS = frozenset({"charge_card", "issue_refund", "structured_output"})
 
@@ -115,10 +117,5 @@ class StatusLog:
 
     @contextlib.asynccontextmanager
     async def polling(self, sim: Simulator) -> AsyncIterator[None]:
-        task = asyncio.create_task(self.poll(sim))
-        try:
+        async with in_background(self.poll(sim)):
             yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
