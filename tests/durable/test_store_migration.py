@@ -31,7 +31,7 @@ from coder_chat.durable.records import (
 )
 from coder_chat.durable.store import SCHEMA_VERSION
 
-from .backends import Backend, step_record
+from .backends import Backend, installed_versions, step_record
 
 T = "org-1"
 SQLITE_APPLICATION_ID = sqlite_store.APPLICATION_ID
@@ -150,22 +150,6 @@ async def build_postgres_v1(dsn: str, schema: str) -> None:
                 )
     finally:
         await conn.close()
-
-
-async def installed_versions(backend: Backend) -> list[int]:
-    if backend.is_postgres:
-        conn = await asyncpg.connect(backend.dsn)
-        try:
-            rows = await conn.fetch(
-                f'SELECT version FROM "{backend.location}".migrations ORDER BY version'
-            )
-        finally:
-            await conn.close()
-        return [int(r["version"]) for r in rows]
-    with closing(sqlite3.connect(backend.location)) as db:
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        assert db.execute("PRAGMA application_id").fetchone()[0] == SQLITE_APPLICATION_ID
-    return list(range(1, version + 1))
 
 
 async def test_a_version_1_store_migrates_keeping_its_data(backend: Backend) -> None:
