@@ -144,3 +144,17 @@ def expect_error(
     if detail is not None:
         assert body.get("detail") == detail
     return body
+
+
+async def turn_events(reader: Reader, end_status: str) -> list[Event]:
+    """Events from the next ``status: running`` through the next ``status: end_status``."""
+    start = len(reader.events)
+    async with asyncio.timeout(5):
+        while True:
+            trace = kinds(reader.events[start:])
+            if "status:running" in trace:
+                begin = trace.index("status:running")
+                if f"status:{end_status}" in trace[begin:]:
+                    end = trace.index(f"status:{end_status}", begin)
+                    return reader.events[start + begin : start + end + 1]
+            await reader.frame()
