@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from coder_chat.durable.context import DurableOptions
+from coder_chat.durable.context import DurableOptions, StepContext, StepTools
+from coder_chat.durable.markers import chat_labels
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.tools import durable_tool
+from tests.simulator.wire import Wire
 
 CHARGES: list[tuple[int, str]] = []
 
@@ -31,3 +33,16 @@ async def sqlite_store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
     store = SqliteStore(tmp_path / "ledger.db")
     yield store
     await store.close()
+
+
+async def step_chat(wire: Wire, ctx: StepContext, tools: StepTools, prompt: str) -> str:
+    """A chat made the way the step makes its own (its marker before ``prompt``, its
+    labels, its tools declared), as a run that died after sending it leaves it."""
+    labels = chat_labels(ctx.workflow_id, ctx.step, "local", await ctx.store.store_id())
+    declared = [
+        t.declaration().model_dump(exclude_none=True) for t in tools.for_session(ctx.binding)
+    ]
+    created = await wire.create(
+        f"{ctx.marker} {prompt}", labels=labels, unsafe_dynamic_tools=declared
+    )
+    return str(created["id"])

@@ -24,15 +24,20 @@ from tests.simulator.wire import Wire, declare, kinds, turn_events
 # ---------------------------------------------------------------------------
 
 
-def test_plain_prompt_has_no_directives() -> None:
-    script = parse("just say hello")
-    assert script == Script(text="just say hello")
+def assert_no_directives(script: Script) -> None:
+    """The prompt asked for nothing but text: no tools, deltas, sleep, failure or JSON."""
     assert script.client_tools == []
     assert script.server_tools == []
     assert script.deltas is None
     assert script.sleep == 0.0
     assert script.fail is None
     assert script.has_structured is False
+
+
+def test_plain_prompt_has_no_directives() -> None:
+    script = parse("just say hello")
+    assert script == Script(text="just say hello")
+    assert_no_directives(script)
 
 
 def test_empty_prompt() -> None:
@@ -181,12 +186,7 @@ def test_directive_after_newline_is_recognised() -> None:
 def test_things_that_are_not_directives_stay_text(prompt: str) -> None:
     script = parse(prompt)
     assert script.text == " ".join(prompt.split())
-    assert script.client_tools == []
-    assert script.server_tools == []
-    assert script.deltas is None
-    assert script.sleep == 0.0
-    assert script.fail is None
-    assert script.has_structured is False
+    assert_no_directives(script)
 
 
 def test_step_marker_is_kept_next_to_directives() -> None:
