@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from coder_chat.durable.records import utcnow
-from tests.lab.report import Results
+from tests.lab.report import Printer, Results
 from tests.lab.steps import VARIANTS, Variant
 
 from .draw import derive
@@ -31,8 +31,6 @@ from .report import (
 )
 from .runner import ScheduleResult, Shared, run_schedule
 from .stores import postgres_unusable
-
-Printer = Callable[[str], None]
 
 
 @dataclass

@@ -12,13 +12,13 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 from coder_chat.durable.postgres import PostgresStore
-from tests.lab.report import Results
+from tests.lab.report import Printer, Results
 
 from .config import LEDGER_SCHEMA
 from .draw import derive
@@ -33,8 +33,6 @@ from .report import (
     violation_line,
 )
 from .schedule import ScheduleResult, run_schedule
-
-Printer = Callable[[str], None]
 
 
 @dataclass

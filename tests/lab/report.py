@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from statistics import mean
 from typing import Any, Generic, Protocol, TypeVar
 
 from .verdicts import Tally
+
+Printer = Callable[[str], None]
+"""Where a lab prints a line: its report's out, its progress notes."""
 
 
 def took(seconds: Sequence[float], digits: int = 1) -> str:
