@@ -1,7 +1,7 @@
 """A seeded randomized fault campaign against ``durable_chat`` (issue 9).
 
 Each schedule, derived from ``(seed, index)`` alone (:mod:`.draw`), runs a workflow
-of 3 to 5 random steps in real child processes (:mod:`tests.crash.lab`), arms 0 to
+of 3 to 5 random steps in real child processes (:mod:`tests.lab.children`), arms 0 to
 3 transient fault knobs over the simulator's admin routes, SIGKILLs runs at
 random moments or inside a durable tool, re-runs until the workflow completes,
 sweeps once, and checks every invariant of DESIGN.md against ground truth

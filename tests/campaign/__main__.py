@@ -40,8 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     from prefect.settings import PREFECT_API_URL
     from prefect.testing.utilities import prefect_test_harness
 
+    from tests.lab.steps import VARIANTS
+
     from .campaign import CampaignOptions, run_campaign
-    from .plan import VARIANTS
 
     options = CampaignOptions(
         seed=args.seed,

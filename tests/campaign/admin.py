@@ -7,12 +7,11 @@ process can do to a running server.
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import Any
 
 import httpx
 
-from .plan import Knob
+from tests.lab.steps import Knob
 
 #: Knob kinds that are a configuration change rather than a fault rule.
 CONFIG_KNOBS = {"deadline"}
@@ -36,12 +35,7 @@ class Admin:
     async def __aenter__(self) -> Admin:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self._http.aclose()
 
     async def arm(self, knob: Knob) -> None:

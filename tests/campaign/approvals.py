@@ -31,6 +31,7 @@ from prefect.exceptions import PrefectException
 from prefect.flow_runs import aresume_flow_run
 
 from coder_chat.durable.records import utcnow
+from tests.lab.tasks import in_background
 
 POLL = 0.5
 
@@ -68,13 +69,8 @@ class Approver:
     # -- watching -------------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def watching(self) -> AsyncIterator[Approver]:
-        task = asyncio.create_task(self.watch())
-        try:
+        async with in_background(self.watch()):
             yield self
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
     async def watch(self) -> None:
         while True:

@@ -13,15 +13,15 @@ from typing import Any
 
 from coder_chat.durable.store import DurableStore
 from coder_chat.simulator import Simulator
-from tests.crash.lab import CHARGE_CARD, CrashLab
+from tests.lab.children import CHARGE_CARD, CrashLab
+from tests.lab.steps import Schedule, WorkflowPlan
+from tests.lab.truth import StatusLog
 
 from .admin import Admin
 from .approvals import Approver
 from .gate import ChargeGate
-from .plan import Schedule, WorkflowPlan
 from .refunds import params_of
 from .stores import StoreSite
-from .truth import StatusLog
 
 #: Seconds a turn's segment may take: horizons and retries cost seconds, not minutes.
 REQUEST_TIMEOUT = 6.0

@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from coder_chat.durable.records import utcnow
+from tests.lab.report import Printer, Results
+from tests.lab.steps import VARIANTS, Variant
 
 from .draw import derive
 from .leaks import api_leaks
-from .plan import VARIANTS, Variant
 from .report import (
     error_line,
     progress_line,
@@ -30,8 +31,6 @@ from .report import (
 )
 from .runner import ScheduleResult, Shared, run_schedule
 from .stores import postgres_unusable
-
-Printer = Callable[[str], None]
 
 
 @dataclass
@@ -48,21 +47,12 @@ class CampaignOptions:
 
 
 @dataclass
-class CampaignReport:
-    results: list[ScheduleResult] = field(default_factory=list)
+class CampaignReport(Results[ScheduleResult]):
     seconds: float = 0.0
 
     @property
     def line(self) -> str:
         return summary_line(self.results)
-
-    @property
-    def violations(self) -> int:
-        return sum(len(r.findings.violations) for r in self.results)
-
-    @property
-    def errors(self) -> list[ScheduleResult]:
-        return [r for r in self.results if r.error is not None]
 
 
 def usable_variants(wanted: Sequence[Variant], note: Printer) -> list[Variant]:

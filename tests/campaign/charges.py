@@ -15,9 +15,8 @@ from coder_chat.durable.markers import LABEL_WORKFLOW
 from coder_chat.simulator import Simulator
 from coder_chat.simulator.errors import ApiError
 from prefect_coder.payments import Ledger
-
-from .truth import call_step
-from .verdicts import Findings
+from tests.lab.truth import call_step
+from tests.lab.verdicts import Findings
 
 Call = tuple[str, int | None, int]
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 from coder_chat.durable.markers import LABEL_WORKFLOW
 from coder_chat.durable.records import WorkflowState
 from coder_chat.simulator import Simulator
+from tests.lab.leaks import leaking
+from tests.lab.verdicts import Findings
 
 from .arena import Arena
 from .charges import check_charges
 from .drive import WorkflowOutcome
-from .leaks import leaking, schedule_places
+from .leaks import schedule_places
 from .own_flows import check_archived_at_end, check_returned, check_unplanned, stored_results
 from .resends import check_resends
 from .results import check_results
-from .verdicts import Findings
 
 
 async def check_schedule(arena: Arena, outcomes: list[WorkflowOutcome]) -> Findings:

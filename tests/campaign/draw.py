@@ -19,7 +19,8 @@ from dataclasses import replace
 from random import Random
 from typing import Any
 
-from .plan import (
+from tests.lab.drawing import draw_step
+from tests.lab.steps import (
     VARIANTS,
     Kill,
     Knob,
@@ -31,8 +32,8 @@ from .plan import (
     StepKind,
     Variant,
     WorkflowPlan,
-    prompt_json,
 )
+
 from .refunds import draw_case, draw_refund_kill, steps_of
 
 STEP_WEIGHTS: dict[StepKind, float] = {
@@ -43,7 +44,6 @@ STEP_WEIGHTS: dict[StepKind, float] = {
     "sleep": 1,
     "json": 1,
 }
-WORDS = ("refund", "invoice", "ledger", "audit", "payout", "dispute", "receipt", "quote")
 #: Routes a transient 5xx/429 may hit, a cut may sever, a delayed commit may slow.
 FAIL_ROUTES = (
     "create_chat",
@@ -144,28 +144,6 @@ def draw_workflow(rng: Random, workflow_id: str) -> WorkflowPlan:
     if rng.random() < DOUBLE_CRASH:
         kills.append(draw_kill(rng, steps, run=2))
     return WorkflowPlan(workflow_id, steps, tuple(kills))
-
-
-def draw_step(rng: Random, kind: StepKind, amounts: Any) -> Step:
-    word = f"{rng.choice(WORDS)}-{rng.randint(1, 999)}"
-    if kind == "tool":
-        a = next(amounts)
-        return Step(kind, f"charge the card for {word} {_charge(a)}", (a,))
-    if kind == "parallel":
-        a, b = next(amounts), next(amounts)
-        return Step(kind, f"charge both cards for {word} {_charge(a)} {_charge(b)}", (a, b))
-    if kind == "deltas":
-        return Step(kind, f"stream the {word} summary /deltas {rng.randint(8, 64)}")
-    if kind == "sleep":
-        return Step(kind, f"think the {word} over /sleep {rng.uniform(0.2, 2.0):.1f}")
-    if kind == "json":
-        answer = {"verdict": word, "score": round(rng.uniform(0, 1), 2)}
-        return Step(kind, f"file the {word} verdict /json {prompt_json(answer)}", (), answer)
-    return Step(kind, f"plan the {word}")
-
-
-def _charge(amount: int) -> str:
-    return f"/tool charge_card {prompt_json({'amount_cents': amount})}"
 
 
 # -- kills ---------------------------------------------------------------------------------------

@@ -13,13 +13,13 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.crash.lab import Child, Returned
+from tests.lab.children import Child, Returned
+from tests.lab.steps import Kill, WorkflowPlan
+from tests.lab.truth import prompts
 
 from .arena import Arena
 from .kills import InFlight, Trigger, in_flight
 from .people import PersonRecord, act, spawn_changed
-from .plan import Kill, WorkflowPlan
-from .truth import prompts
 
 #: How long a run may take before it is taken for hung (killed, and counted failed).
 RUN_TIMEOUT = 150.0
@@ -78,15 +78,15 @@ class WorkflowOutcome:
         return f"{self.plan.workflow_id}: " + ", ".join(runs)
 
 
-@dataclass
 class Children:
-    """The workflow's children: one spawned per planned run, taken in order."""
+    """The workflow's children: one spawned per planned run ahead of time (Python and
+    Prefect take seconds to import), taken in order; one spawned again if it died waiting."""
 
-    arena: Arena
-    plan: WorkflowPlan
-    spares: dict[int, Child] = field(default_factory=dict)
-    #: The child of a person's changed-prompt run, when the plan has one.
-    changed: Child | None = None
+    def __init__(self, arena: Arena, plan: WorkflowPlan) -> None:
+        self.arena, self.plan = arena, plan
+        self.spares: dict[int, Child] = {}
+        #: The child of a person's changed-prompt run, when the plan has one.
+        self.changed: Child | None = None
 
     async def prepare(self) -> None:
         for run in range(1, len(self.plan.kills) + 2):

@@ -17,8 +17,8 @@ from coder_chat.durable.markers import LABEL_WORKFLOW
 from coder_chat.simulator import Simulator
 from coder_chat.simulator.errors import ApiError
 from prefect_coder.payments import HeldCharge, Ledger
-
-from .plan import Phase
+from tests.lab.steps import Phase
+from tests.lab.tasks import in_background
 
 #: Hold rules armed per hold point: far more charges than any schedule makes.
 HOLDS = 1000
@@ -47,13 +47,10 @@ class ChargeGate:
     async def holding(self) -> AsyncIterator[ChargeGate]:
         self.payments.hold("before", HOLDS)
         self.payments.hold("after", HOLDS)
-        task = asyncio.create_task(self._serve())
         try:
-            yield self
+            async with in_background(self._serve()):
+                yield self
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
             self.payments.clear()
 
     def new_run(self, workflow_id: str) -> None:

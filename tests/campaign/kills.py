@@ -19,11 +19,11 @@ from coder_chat.durable.store import DurableStore
 from coder_chat.errors import CoderStoreError
 from coder_chat.simulator import Simulator
 from coder_chat.simulator.state import Message
+from tests.lab.steps import Kill
+from tests.lab.truth import prompts
 
 from .arena import REQUEST_TIMEOUT, Arena
 from .gate import ChargeTarget
-from .plan import Kill
-from .truth import prompts
 
 POLL = 0.01
 

@@ -26,6 +26,8 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import FlowRun
 from prefect.client.schemas.sorting import FlowRunSort, LogSort
 
+from tests.lab.leaks import child_places, home_places
+
 from .arena import Arena
 
 PAGE = 200
@@ -37,18 +39,9 @@ async def schedule_places(arena: Arena) -> dict[str, bytes]:
     """Everything the schedule's side wrote, by place name."""
     places = {f"store {p.name}": p.read_bytes() for p in arena.site.files()}
     places.update(await arena.site.rows())
-    for home in arena.homes():
-        for path in sorted(p for p in home.rglob("*") if p.is_file()) if home.exists() else ():
-            places[f"home {path.relative_to(arena.root)}"] = path.read_bytes()
-    for child in arena.lab.children:
-        places[f"{child.name} stdout"] = child.stdout.read_bytes()
-        places[f"{child.name} stderr"] = child.stderr.read_bytes()
+    places.update(home_places(arena.root, arena.homes()))
+    places.update(child_places(arena.lab.children))
     return places
-
-
-def leaking(places: dict[str, bytes], token: str) -> list[str]:
-    needle = token.encode()
-    return [name for name, data in places.items() if needle in data]
 
 
 class TokenIndex:

@@ -18,11 +18,11 @@ from coder_chat.durable.step import StepResult
 from coder_chat.durable.store import DurableStore
 from coder_chat.simulator import Simulator
 from prefect_coder.payments import Ledger
+from tests.lab.steps import WorkflowPlan
+from tests.lab.verdicts import Findings
 
 from .charges import logical_calls
 from .drive import WorkflowOutcome
-from .plan import WorkflowPlan
-from .verdicts import Findings
 
 
 async def stored_results(

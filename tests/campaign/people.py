@@ -34,13 +34,13 @@ from coder_chat.errors import CoderError, CoderStoreError
 from coder_chat.simulator import Simulator
 from prefect_coder.operations import cancel_workflow
 from prefect_coder.tasks._runtime import Runtime, resolve_tools
-from tests.crash.lab import CHARGE_CARD, Child
+from tests.lab.children import CHARGE_CARD, Child
+from tests.lab.steps import Person, WorkflowPlan
+from tests.lab.truth import attempts, prompts, workflow_chats
+from tests.lab.verdicts import Category, Findings
 
 from .arena import Arena
-from .plan import Person, WorkflowPlan
 from .sweeping import payments_env
-from .truth import attempts, prompts, workflow_chats
-from .verdicts import Category, Findings
 
 T = TypeVar("T")
 

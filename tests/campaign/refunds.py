@@ -14,7 +14,7 @@ from __future__ import annotations
 from random import Random
 from typing import Any
 
-from .plan import Kill, RefundCase, Step, prompt_json
+from tests.lab.steps import Kill, RefundCase, Step, prompt_json
 
 REFUND_ORDER = "prefect_coder.examples.refund:refund_order"
 REFUND_PLAN = "prefect_coder.examples.refund:RefundPlan"

@@ -8,10 +8,11 @@ chat, token leaks per place; late duplicates and cut-short resubmissions per pro
 from __future__ import annotations
 
 from collections.abc import Sequence
-from statistics import mean
+
+from tests.lab.report import took
+from tests.lab.verdicts import CATEGORIES
 
 from .runner import ScheduleResult
-from .verdicts import CATEGORIES
 
 DETAILS = 4
 
@@ -100,9 +101,7 @@ def progress_line(done: int, total: int, result: ScheduleResult) -> str:
 
 
 def timing_line(results: Sequence[ScheduleResult], wall: float, parallel: int) -> str:
-    each = [r.seconds for r in results] or [0.0]
     return (
         f"timing: {len(results)} schedules in {wall:.0f}s wall at --parallel {parallel}: "
-        f"{wall / max(1, len(results)):.1f}s per schedule; each took {mean(each):.1f}s on "
-        f"average (min {min(each):.1f}s, max {max(each):.1f}s)"
+        f"{wall / max(1, len(results)):.1f}s per schedule; {took([r.seconds for r in results])}"
     )

@@ -16,7 +16,6 @@ For each step, consecutive attempts (earlier, later) are classified from ground 
 
 from __future__ import annotations
 
-import itertools
 from datetime import datetime
 
 from coder_chat.durable.markers import step_marker
@@ -24,11 +23,11 @@ from coder_chat.durable.reconcile import NO_RESULT, NOT_RUN
 from coder_chat.simulator import Simulator
 from coder_chat.simulator.engine import TIMED_OUT
 from coder_chat.simulator.state import Message
+from tests.lab.resends import pair_kinds
+from tests.lab.truth import StatusLog, attempts, reply_to
+from tests.lab.verdicts import Findings, Pair
 
 from .drive import WorkflowOutcome
-from .kills import InFlight
-from .truth import StatusLog, attempts, reply_to
-from .verdicts import Findings, Pair
 
 
 def check_resends(sim: Simulator, outcome: WorkflowOutcome, statuses: StatusLog) -> Findings:
@@ -56,16 +55,9 @@ def classify(
     """What each consecutive pair of the step's attempts was."""
     marker = step_marker(outcome.plan.workflow_id, step)
     budget = [r for r in outcome.in_flight if r.marker == marker]
-    kinds: list[Pair] = []
-    for earlier, later in itertools.pairwise(tries):
-        if cut_short(sim, statuses, earlier, later):
-            kinds.append("cut short")
-        elif (record := late_send(budget, earlier)) is not None:
-            budget.remove(record)
-            kinds.append("late")
-        else:
-            kinds.append("resent")
-    return kinds
+    return pair_kinds(
+        tries, budget, lambda earlier, later: cut_short(sim, statuses, earlier, later)
+    )
 
 
 def cut_short(sim: Simulator, statuses: StatusLog, earlier: Message, later: Message) -> bool:
@@ -110,15 +102,4 @@ def timed_out_unseen(sim: Simulator, chat: str, start: datetime, end: datetime) 
             for later in window
         )
         for r in window
-    )
-
-
-def late_send(budget: list[InFlight], earlier: Message) -> InFlight | None:
-    return next(
-        (
-            r
-            for r in budget
-            if r.chat_id == str(earlier.chat_id) and earlier.created_at >= r.horizon
-        ),
-        None,
     )

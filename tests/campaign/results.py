@@ -14,14 +14,14 @@ from coder_chat.simulator import Simulator
 from coder_chat.simulator.state import Message
 from prefect_coder.payments import Ledger
 from prefect_coder.tasks._runtime import import_model
+from tests.lab.schemas import Verdict
+from tests.lab.steps import Step
+from tests.lab.truth import StatusLog, attempts, reply_to
+from tests.lab.verdicts import Findings, Pair
 
 from .charges import receipt_for
 from .drive import WorkflowOutcome
-from .plan import Step
 from .resends import classify
-from .schemas import Verdict
-from .truth import StatusLog, attempts, reply_to
-from .verdicts import Findings, Pair
 
 
 def check_results(

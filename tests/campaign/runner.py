@@ -21,7 +21,10 @@ from pathlib import Path
 from coder_chat.errors import CoderError
 from coder_chat.simulator import serve_simulator
 from prefect_coder.payments import serve_payments
-from tests.crash.lab import CrashLab
+from tests.lab.children import CrashLab
+from tests.lab.steps import RefundCase, Schedule
+from tests.lab.tasks import cancel_all
+from tests.lab.verdicts import Findings
 from tests.sim_timings import fast_config
 
 from .admin import Admin
@@ -31,12 +34,10 @@ from .checks import check_schedule
 from .drive import Children, WorkflowOutcome, drive
 from .gate import ChargeGate
 from .kills import prompts_landed
-from .plan import RefundCase, Schedule
 from .refunds import scripts_of
 from .stores import ClusterPool, StoreSite
 from .sweeping import sweep_once
 from .timeline import write_timeline
-from .verdicts import Findings
 
 
 @dataclass
@@ -154,7 +155,7 @@ async def play_workflows(arena: Arena) -> list[WorkflowOutcome]:
         outcomes = await asyncio.gather(*(drive(arena, each) for each in children))
     finally:
         arena.finished.set()
-        await cancel([knobs, *arena.background])
+        await cancel_all([knobs, *arena.background])
         await restarts  # never cut short: a restart in progress is let finish
     await arena.admin.clear()
     await arena.lab.close()
@@ -194,11 +195,3 @@ async def sweep(arena: Arena) -> None:
         except (CoderError, TimeoutError) as exc:
             arena.notes.append(f"sweep failed: {type(exc).__name__}: {exc}")
             await asyncio.sleep(1.0)
-
-
-async def cancel(tasks: list[asyncio.Task[None]]) -> None:
-    for task in tasks:
-        task.cancel()
-    for task in tasks:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task

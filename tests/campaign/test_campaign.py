@@ -12,9 +12,10 @@ from pathlib import Path
 import prefect.settings
 import pytest
 
+from tests.lab.steps import PERSON_KINDS
+
 from .campaign import CampaignOptions, run_campaign
 from .ci_slice import INDEXES, SEED
-from .plan import PERSON_KINDS
 
 pytestmark = [pytest.mark.timeout(1500), pytest.mark.usefixtures("prefect_api")]
 

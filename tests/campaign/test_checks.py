@@ -16,7 +16,9 @@ from coder_chat.durable.markers import chat_labels, step_marker
 from coder_chat.durable.records import utcnow
 from coder_chat.simulator import Simulator
 from prefect_coder.payments import serve_payments
-from tests.crash.lab import Returned
+from tests.lab.children import Returned
+from tests.lab.steps import Kill, Step, WorkflowPlan
+from tests.lab.truth import StatusLog
 from tests.simulator.wire import V2, Wire, declare
 
 from .charges import check_charges
@@ -25,10 +27,8 @@ from .drive import RunRecord, WorkflowOutcome
 from .kills import InFlight
 from .leaks import TokenIndex, api_leaks
 from .own_flows import check_archived_at_end, check_returned, check_unplanned
-from .plan import Kill, Step, WorkflowPlan
 from .resends import check_resends
 from .results import check_results
-from .truth import StatusLog
 
 WF = "wf-checks"
 PLAN = WorkflowPlan(WF, (Step("plain", "plan it"),), (Kill("moment"),))

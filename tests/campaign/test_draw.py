@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from tests.lab.steps import PERSON_KINDS, VARIANTS, Variant
+
 from .ci_slice import INDEXES as CI_INDEXES
 from .ci_slice import SEED as CI_SEED
 from .draw import FAILURE_BUDGET, derive, failures
-from .plan import PERSON_KINDS, VARIANTS, Variant
 
 
 def test_a_schedule_is_a_function_of_seed_and_index() -> None:

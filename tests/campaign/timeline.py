@@ -11,11 +11,11 @@ from datetime import datetime
 from typing import Any
 
 from coder_chat.simulator.state import Message
+from tests.lab.truth import workflow_chats
+from tests.lab.verdicts import Findings
 
 from .arena import Arena
 from .drive import WorkflowOutcome
-from .truth import workflow_chats
-from .verdicts import Findings
 
 
 def write_timeline(arena: Arena, outcomes: list[WorkflowOutcome], findings: Findings) -> None:

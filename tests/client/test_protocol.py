@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from coder_chat import errors
 from coder_chat.client.results import build_steps
 from coder_chat.client.tools import (
     ClientTool,
@@ -22,14 +23,10 @@ from coder_chat.client.tools import (
 )
 from coder_chat.durable.records import Fence, FencedOut, PromptChanged
 from coder_chat.errors import (
-    CoderApiError,
-    CoderChatError,
     CoderConfigError,
     CoderError,
     CoderStoreError,
-    CoderStreamError,
     CoderToolError,
-    CoderTransportError,
 )
 from coder_chat.protocol.dedupe import StreamLedger
 from coder_chat.protocol.frames import FrameError, parse_frame
@@ -576,17 +573,17 @@ def to_transcript_messages(history: list[ChatMessage]) -> list[ChatMessage]:
 )
 def test_retryable_statuses(status_code: int, retryable: bool) -> None:
     assert is_retryable_status(status_code) is retryable
-    assert is_retryable(CoderApiError(status_code, "GET", "/p", "m")) is retryable
+    assert is_retryable(errors.CoderApiError(status_code, "GET", "/p", "m")) is retryable
 
 
 def test_is_retryable_for_every_error() -> None:
-    assert is_retryable(CoderTransportError("GET /p", "reset"))
-    assert is_retryable(CoderChatError("t", kind="timeout", retryable=True))
-    assert not is_retryable(CoderChatError("f", kind="config", retryable=False))
-    assert is_retryable(CoderStreamError("s", chat_id="c", retryable=True))
-    assert not is_retryable(CoderStreamError("s", chat_id="c", retryable=False))
-    assert is_retryable(CoderStoreError("db", retryable=True))
-    assert not is_retryable(CoderConfigError("bad"))
+    assert is_retryable(errors.CoderTransportError("GET /p", "reset"))
+    assert is_retryable(errors.CoderChatError("t", kind="timeout", retryable=True))
+    assert not is_retryable(errors.CoderChatError("f", kind="config", retryable=False))
+    assert is_retryable(errors.CoderStreamError("s", chat_id="c", retryable=True))
+    assert not is_retryable(errors.CoderStreamError("s", chat_id="c", retryable=False))
+    assert is_retryable(errors.CoderStoreError("db", retryable=True))
+    assert not is_retryable(errors.CoderConfigError("bad"))
     assert not is_retryable(asyncio.CancelledError())
     assert not is_retryable(RuntimeError("ours"))
 
@@ -597,7 +594,7 @@ def test_backoff_doubles_up_to_its_cap() -> None:
 
 
 def test_errors_survive_pickling_with_their_fields() -> None:
-    api = pickle.loads(pickle.dumps(CoderApiError(409, "PATCH", "/p", "busy", "later")))
+    api = pickle.loads(pickle.dumps(errors.CoderApiError(409, "PATCH", "/p", "busy", "later")))
     assert (api.status, api.method, api.path, api.message, api.detail) == (
         409,
         "PATCH",
@@ -607,15 +604,16 @@ def test_errors_survive_pickling_with_their_fields() -> None:
     )
     assert str(api) == "Coder API PATCH /p failed (409): busy — later"
     chat = pickle.loads(
-        pickle.dumps(CoderChatError("m", kind="timeout", retryable=True, chat_id="c"))
+        pickle.dumps(errors.CoderChatError("m", kind="timeout", retryable=True, chat_id="c"))
     )
     assert (chat.kind, chat.retryable, chat.chat_id) == ("timeout", True, "c")
-    stream = pickle.loads(pickle.dumps(CoderStreamError("s", chat_id="c", retryable=True)))
+    stream = pickle.loads(pickle.dumps(errors.CoderStreamError("s", chat_id="c", retryable=True)))
     assert (stream.chat_id, stream.retryable) == ("c", True)
-    transport = pickle.loads(pickle.dumps(CoderTransportError("GET /p", "reset")))
+    transport = pickle.loads(pickle.dumps(errors.CoderTransportError("GET /p", "reset")))
     assert (transport.operation, transport.reason) == ("GET /p", "reset")
     assert all(
-        isinstance(e, CoderError) for e in (api, chat, stream, transport, CoderConfigError("x"))
+        isinstance(e, errors.CoderError)
+        for e in (api, chat, stream, transport, errors.CoderConfigError("x"))
     )
 
 
@@ -718,10 +716,10 @@ def test_tools_that_cannot_be_described_are_rejected() -> None:
     async def double_star(**kwargs: int) -> int:
         return 0
 
-    with pytest.raises(CoderConfigError, match="async"):
+    with pytest.raises(errors.CoderConfigError, match="async"):
         client_tool(sync_tool)  # type: ignore[arg-type]
     for bad in (star, double_star):
-        with pytest.raises(CoderConfigError, match=r"\*args"):
+        with pytest.raises(errors.CoderConfigError, match=r"\*args"):
             client_tool(bad)
     ready = client_tool(book)
     assert client_tool(ready) is ready
@@ -733,7 +731,7 @@ async def test_structured_output_tool() -> None:
     assert tool.name == "structured_output" and tool.function is None
     assert set(tool.declaration().input_schema["properties"]) == {"name", "population"}
     assert tool.validate('{"name": "x", "population": 1}') == Place(name="x", population=1)
-    with pytest.raises(CoderConfigError):
+    with pytest.raises(errors.CoderConfigError):
         await tool.invoke(Place(name="x", population=1), CALL)
 
 

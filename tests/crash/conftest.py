@@ -1,31 +1,5 @@
-"""Fixtures of the crash suite: a lab with the simulator, the payments fake and the shared API."""
+"""Fixtures of the crash tests: the crash lab (:mod:`tests.lab.fixtures`)."""
 
-from __future__ import annotations
+from tests.lab.fixtures import lab
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import prefect.settings
-import pytest
-
-from coder_chat.simulator import Simulator
-from prefect_coder.payments import serve_payments
-
-from .lab import CrashLab
-
-
-@pytest.fixture
-async def lab(sim: Simulator, tmp_path: Path, prefect_api: None) -> AsyncIterator[CrashLab]:
-    api_url = prefect.settings.PREFECT_API_URL.value()
-    assert api_url, "the Prefect test API is not running"
-    # The server-side tool deadline never passes by itself here; a test that needs it
-    # passes it explicitly (``sim.time_out_tools``).
-    sim.config.tool_result_deadline = 600.0
-    async with serve_payments() as (payments_url, payments):
-        crash_lab = CrashLab(sim, payments_url, payments, tmp_path, str(api_url))
-        try:
-            yield crash_lab
-        finally:
-            await crash_lab.close()
-            sim.faults.clear()
-            payments.clear()
+__all__ = ["lab"]

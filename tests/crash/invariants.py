@@ -10,21 +10,15 @@ artifacts), which must never hold the session token.
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
-
-from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import LogFilter
-from prefect.client.schemas.sorting import FlowRunSort
 
 from coder_chat.durable.markers import LABEL_WORKFLOW, step_marker
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator.state import Message
-
-from .lab import CrashLab
+from tests.lab.children import CrashLab
+from tests.lab.leaks import check_no_token
 
 CLIENT_TOOLS = frozenset({"charge_card"})
 
@@ -163,47 +157,3 @@ async def _check_store_and_labels(lab: CrashLab, chat_id: str, expect: Expect) -
     assert unarchived <= allowed, f"unarchived chats no checkpoint owns: {unarchived - allowed}"
     if expect.archived:
         assert lab.sim.chat(chat_id).archived
-
-
-async def searched_places(lab: CrashLab) -> dict[str, bytes]:
-    """Every place the token must never reach, by name: the store's files, the
-    ``PREFECT_HOME`` tree (persisted results), the children's output, and what the API
-    keeps (artifacts, log lines, flow-run parameters)."""
-    places: dict[str, bytes] = {}
-    for path in sorted(lab.root.glob(f"{lab.db.name}*")):
-        places[f"store {path.name}"] = path.read_bytes()
-    for home in sorted(lab.root.glob("*prefect-home")):  # every machine's Prefect home
-        for path in _files(home):
-            places[f"home {path.relative_to(lab.root)}"] = path.read_bytes()
-    for child in lab.children:
-        places[f"{child.name} stdout"] = child.stdout.read_bytes()
-        places[f"{child.name} stderr"] = child.stderr.read_bytes()
-    async with get_client() as client:
-        for artifact in await client.read_artifacts():
-            places[f"artifact {artifact.id} {artifact.key}"] = str(artifact.data).encode()
-        offset = 0
-        while True:
-            logs = await client.read_logs(LogFilter(), limit=200, offset=offset)
-            for log in logs:
-                places[f"log {log.id}"] = log.message.encode()
-            if len(logs) < 200:
-                break
-            offset += 200
-        for run in await client.read_flow_runs(
-            sort=FlowRunSort.EXPECTED_START_TIME_DESC, limit=200
-        ):
-            places[f"flow run {run.id} parameters"] = json.dumps(run.parameters).encode()
-    return places
-
-
-async def check_no_token(lab: CrashLab) -> dict[str, bytes]:
-    """The token is in no store row, persisted result, log line or artifact."""
-    places = await searched_places(lab)
-    assert lab.db.exists() and any(name.startswith("home ") for name in places)
-    leaks = [name for name, data in places.items() if lab.sim.token.encode() in data]
-    assert not leaks, f"the session token leaked into: {leaks}"
-    return places
-
-
-def _files(root: Path) -> list[Path]:
-    return [p for p in root.rglob("*") if p.is_file()] if root.exists() else []

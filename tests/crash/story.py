@@ -3,12 +3,15 @@ the simulator."""
 
 from __future__ import annotations
 
-from coder_chat.durable.markers import LABEL_WORKFLOW
+from typing import Any
+
+from coder_chat.durable.markers import LABEL_WORKFLOW, step_marker
 from coder_chat.durable.records import ChatRecord, LedgerEntry, WorkflowRecord
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator.state import Chat
+from tests.lab.children import CrashLab
 
-from .lab import CrashLab
+from .invariants import attempts_of
 
 PROMPTS = ["plan the refund", "confirm the refund"]
 CHARGE = '/tool charge_card {"amount_cents": 1299}'
@@ -48,3 +51,29 @@ async def stored(
     finally:
         await store.close()
     return workflow, record, tools
+
+
+async def crash_with_step_2_running(
+    lab: CrashLab, params: dict[str, Any], stall: float, reruns: int = 0
+) -> Chat:
+    """Start the workflow and kill its run while step 2's turn runs on the server.
+
+    Step 2's send (the workflow's first) is held, then let through with the server's turn
+    stalled ``stall`` seconds, and the run is killed once the chat runs step 2; the chat is
+    returned. ``reruns``: the reruns :meth:`CrashLab.start` gets ready beforehand.
+    """
+    sim, wf = lab.sim, params["workflow_id"]
+    sim.faults.hold("send_message", "before")
+    first = await lab.start(**params, reruns=reruns)
+    held = await lab.held(sim.faults.wait_held("send_message", timeout=90), first, "send held")
+    sim.config.step_delay = stall
+    sim.faults.decide(held.id, "release")
+    chat = only_chat(lab, wf)
+    marker = step_marker(wf, 2)
+    await lab.until(
+        lambda: len(attempts_of(sim.messages(chat.id), marker)) == 1 and chat.status == "running",
+        first,
+        "step 2 running",
+    )
+    await lab.crash(first)
+    return chat

@@ -14,9 +14,9 @@ import pytest
 
 from coder_chat.durable.markers import step_marker
 from coder_chat.durable.records import WorkflowState
+from tests.lab.children import CHARGE_CARD, CrashLab
 
 from .invariants import Expect, attempts_of, check_invariants
-from .lab import CHARGE_CARD, CrashLab
 from .story import only_chat, stored
 
 pytestmark = pytest.mark.timeout(240)

@@ -13,9 +13,9 @@ from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
 from prefect_coder.operations import cancel_workflow
 from prefect_coder.tasks._runtime import Runtime, resolve_tools
+from tests.lab.children import CHARGE_CARD, CrashLab
 
 from .invariants import Expect, check_invariants
-from .lab import CHARGE_CARD, CrashLab
 from .story import only_chat, stored, tool_prompts
 
 pytestmark = pytest.mark.timeout(240)

@@ -11,11 +11,10 @@ from typing import Any
 
 import pytest
 
-from coder_chat.durable.markers import step_marker
+from tests.lab.children import CrashLab
 
-from .invariants import Expect, attempts_of, check_invariants
-from .lab import CrashLab
-from .story import PROMPTS, SHORT_STALL, only_chat
+from .invariants import Expect, check_invariants
+from .story import PROMPTS, SHORT_STALL, crash_with_step_2_running, only_chat
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -38,19 +37,7 @@ async def test_a_changed_prompt_for_a_step_in_flight_is_refused_before_anything_
 ) -> None:
     sim, wf = lab.sim, "wf-changed-in-flight"
     params: dict[str, Any] = {"workflow_id": wf, "prompts": PROMPTS}
-    sim.faults.hold("send_message", "before")  # step 2's send: the first send of the workflow
-    first = await lab.start(**params)
-    held = await lab.held(sim.faults.wait_held("send_message", timeout=90), first, "send held")
-    sim.config.step_delay = SHORT_STALL
-    sim.faults.decide(held.id, "release")
-    chat = only_chat(lab, wf)
-    marker = step_marker(wf, 2)
-    await lab.until(
-        lambda: len(attempts_of(sim.messages(chat.id), marker)) == 1 and chat.status == "running",
-        first,
-        "step 2 running",
-    )
-    await lab.crash(first)
+    await crash_with_step_2_running(lab, params, SHORT_STALL)
     sim.config.step_delay = 0.0
     before, requests = rows(lab.db, wf), len(sim.records.requests)
 

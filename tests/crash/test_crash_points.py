@@ -19,10 +19,19 @@ import pytest
 from coder_chat.durable.markers import step_marker
 from coder_chat.durable.records import LedgerEntry
 from coder_chat.simulator.state import Chat
+from tests.lab.children import CHARGE_CARD, Child, CrashLab
 
 from .invariants import Expect, attempts_of, check_invariants
-from .lab import CHARGE_CARD, Child, CrashLab
-from .story import PROMPTS, SHORT_STALL, STALL, labelled, only_chat, stored, tool_prompts
+from .story import (
+    PROMPTS,
+    SHORT_STALL,
+    STALL,
+    crash_with_step_2_running,
+    labelled,
+    only_chat,
+    stored,
+    tool_prompts,
+)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -118,19 +127,8 @@ async def test_point_4_prompt_sent_turn_still_running(lab: CrashLab, overrun: bo
     params: dict[str, Any] = {"workflow_id": wf, "prompts": PROMPTS}
     if overrun:
         params["step_deadline_seconds"] = 4.0
-    sim.faults.hold("send_message", "before")  # step 2's send: the first send of the workflow
-    first = await lab.start(**params, reruns=1)
-    held = await lab.held(sim.faults.wait_held("send_message", timeout=90), first, "send held")
-    sim.config.step_delay = STALL if overrun else SHORT_STALL
-    sim.faults.decide(held.id, "release")
-    chat = only_chat(lab, wf)
+    chat = await crash_with_step_2_running(lab, params, STALL if overrun else SHORT_STALL, reruns=1)
     marker = step_marker(wf, 2)
-    await lab.until(
-        lambda: len(attempts_of(sim.messages(chat.id), marker)) == 1 and chat.status == "running",
-        first,
-        "step 2 running",
-    )
-    await lab.crash(first)
     workflow, record, _ = await stored(lab, wf)
     assert workflow is not None and workflow.chat_id == str(chat.id)
     assert record is not None and record.journal is not None

@@ -13,8 +13,10 @@ from typing import Any
 
 import pytest
 
-from .invariants import Expect, check_invariants, check_no_token
-from .lab import CHARGE_CARD, CrashLab
+from tests.lab.children import CHARGE_CARD, CrashLab
+from tests.lab.leaks import check_no_token
+
+from .invariants import Expect, check_invariants
 
 pytestmark = pytest.mark.timeout(240)
 

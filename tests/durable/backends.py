@@ -21,7 +21,7 @@ import pytest
 
 from coder_chat.durable.postgres import PostgresStore
 from coder_chat.durable.records import Fence, JournalEntry, StepRecord, WorkflowState
-from coder_chat.durable.sqlite import SqliteStore
+from coder_chat.durable.sqlite import APPLICATION_ID, SqliteStore
 from coder_chat.durable.store import DurableStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -178,3 +178,33 @@ async def snapshot(store: DurableStore, tenant: str = T) -> list[object]:
         await store.list_tools(tenant, "chat-1"),
         await store.list_steps(tenant, "wf"),
     ]
+
+
+async def installed_versions(backend: Backend) -> list[int]:
+    """The schema versions the store's database says are installed (an SQLite file keeps
+    only the highest, and must carry the store's application id)."""
+    if backend.is_postgres:
+        conn = await asyncpg.connect(backend.dsn)
+        try:
+            rows = await conn.fetch(
+                f'SELECT version FROM "{backend.location}".migrations ORDER BY version'
+            )
+        finally:
+            await conn.close()
+        return [int(r["version"]) for r in rows]
+    with closing(sqlite3.connect(backend.location)) as db:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        assert db.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    return list(range(1, version + 1))
+
+
+async def insert_malformed_workflow(backend: Backend, tenant: str) -> None:
+    """A workflow row ``bad`` whose body is not a workflow record (its tenant a number)."""
+    await backend.execute(
+        "INSERT INTO workflows (tenant, workflow_id, epoch, state, deployment, heartbeat_at, body) "
+        "VALUES (?, 'bad', 1, 'running', 'local', NULL, ?)",
+        "INSERT INTO {s}.workflows (tenant, workflow_id, epoch, state, deployment, heartbeat_at, "
+        "body) VALUES ($1, 'bad', 1, 'running', 'local', NULL, $2::jsonb)",
+        tenant,
+        '{"tenant": 5, "workflow_id": "bad"}',
+    )

@@ -16,7 +16,6 @@ import signal
 import sqlite3
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
-from contextlib import closing
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,16 @@ from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.store import SCHEMA_VERSION, DurableStore, FencedOut
 from coder_chat.errors import CoderConfigError, CoderStoreError
 
-from .backends import FENCED_WRITES, Backend, T, journal, snapshot, step_record
+from .backends import (
+    FENCED_WRITES,
+    Backend,
+    T,
+    insert_malformed_workflow,
+    installed_versions,
+    journal,
+    snapshot,
+    step_record,
+)
 
 # -- round trips ------------------------------------------------------------------------------
 
@@ -471,20 +479,6 @@ async def test_concurrent_first_use_migrates_once(backend: Backend) -> None:
         assert await installed_versions(fresh) == list(range(1, SCHEMA_VERSION + 1))
 
 
-async def installed_versions(backend: Backend) -> list[int]:
-    if backend.is_postgres:
-        conn = await asyncpg.connect(backend.dsn)
-        try:
-            rows = await conn.fetch(
-                f'SELECT version FROM "{backend.location}".migrations ORDER BY version'
-            )
-        finally:
-            await conn.close()
-        return [int(r["version"]) for r in rows]
-    with closing(sqlite3.connect(backend.location)) as db:
-        return list(range(1, db.execute("PRAGMA user_version").fetchone()[0] + 1))
-
-
 # -- durability ------------------------------------------------------------------------------
 
 
@@ -625,14 +619,7 @@ async def test_malformed_rows_are_reported_not_skipped(backend: Backend) -> None
     fence = await store.begin_run(T, "good")
     await store.write_journal(fence, "chat-good", journal())
     await store.claim_tool(fence, "chat-good", "call-good", tool_name="t")
-    await backend.execute(
-        "INSERT INTO workflows (tenant, workflow_id, epoch, state, deployment, heartbeat_at, body) "
-        "VALUES (?, 'bad', 1, 'running', 'local', NULL, ?)",
-        "INSERT INTO {s}.workflows (tenant, workflow_id, epoch, state, deployment, heartbeat_at, "
-        "body) VALUES ($1, 'bad', 1, 'running', 'local', NULL, $2::jsonb)",
-        T,
-        '{"tenant": 5, "workflow_id": "bad"}',
-    )
+    await insert_malformed_workflow(backend, T)
     await backend.execute(
         "INSERT INTO chats (tenant, chat_id, workflow_id, discarded, body) "
         "VALUES (?, 'chat-bad', 'good', 0, ?)",

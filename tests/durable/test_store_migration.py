@@ -1,11 +1,10 @@
 """Stores written by earlier code (schema versions 1 and 2) migrate to the current one, keeping
 their data.
 
-The old stores are built with the shipped migrations 1 and 2 themselves, and a test pins each
-by its digest: a migration that has shipped must never change (stores in the field ran it as it
-was), so these tests keep meaning what they say. Rows are written the way that code wrote them:
-JSON bodies of the records as they were then (v1: no ``archive_at_end``; v2: finished steps
-without ``prompt``).
+The v1 and v2 schemas are built by the stores' own released migrations, which a test keeps
+as they were shipped (a released migration is never edited). Rows are written the way that code wrote
+them: JSON bodies of the records as they were then (v1: no ``archive_at_end``; v2: finished
+steps without ``prompt``).
 """
 
 from __future__ import annotations
@@ -18,7 +17,8 @@ from datetime import UTC, datetime
 
 import asyncpg
 
-from coder_chat.durable import postgres, sqlite
+from coder_chat.durable import postgres as postgres_store
+from coder_chat.durable import sqlite as sqlite_store
 from coder_chat.durable.records import (
     ChatRecord,
     Fence,
@@ -31,25 +31,38 @@ from coder_chat.durable.records import (
 )
 from coder_chat.durable.store import SCHEMA_VERSION
 
-from .backends import Backend, step_record
+from .backends import Backend, installed_versions, step_record
 
 T = "org-1"
-SQLITE_APPLICATION_ID = 0x50434F44
+SQLITE_APPLICATION_ID = sqlite_store.APPLICATION_ID
 
-#: sha256 of each shipped migration's text, as it shipped: (backend, version) -> digest.
-SHIPPED_MIGRATIONS = {
-    ("sqlite", 1): "ef5741672b960f0dd88dc0d77da3bcc468d12b06d8d395b736462387bb981034",
-    ("sqlite", 2): "2fc3389018bc7f80b31d31bf7f6044a1fef06b8256aa1aa61347926ca22c72b0",
-    ("postgres", 1): "5b64ad3f2b37ec59ba64904fcbbd07eac9bd9cf7dd36ef432e5a39b331443379",
-    ("postgres", 2): "7a81a44515ed1441aff23e401d9e8c1c209a02d5a7962e654fd60b07f6c34389",
+#: What the shipped migrations wrote; a released migration is never edited (a store
+#: written by it must still open), which :func:`test_released_migrations_are_never_edited`
+#: holds, so these tests build the old stores from the migrations themselves.
+RELEASED = {
+    ("sqlite", 1): "ef5741672b960f0d",
+    ("sqlite", 2): "2fc3389018bc7f80",
+    ("postgres", 1): "5b64ad3f2b37ec59",
+    ("postgres", 2): "7a81a44515ed1441",
 }
+SQLITE_V1 = sqlite_store.MIGRATIONS[1]
+#: Version 1 of the Postgres store: its bookkeeping table, then its migration.
+POSTGRES_V1 = f"""
+CREATE SCHEMA {{s}};
+CREATE TABLE {{s}}.migrations (version INTEGER PRIMARY KEY,
+    applied_at TIMESTAMPTZ NOT NULL DEFAULT now());
+{postgres_store.MIGRATIONS[1]}
+INSERT INTO {{s}}.migrations (version) VALUES (1);
+"""
 
 
-def test_shipped_migrations_never_change() -> None:
-    shipped = {"sqlite": sqlite.MIGRATIONS, "postgres": postgres.MIGRATIONS}
-    for (backend, version), digest in SHIPPED_MIGRATIONS.items():
-        text = shipped[backend][version]
-        assert hashlib.sha256(text.encode()).hexdigest() == digest, (backend, version)
+def test_released_migrations_are_never_edited() -> None:
+    shipped = {
+        (name, version): hashlib.sha256(module.MIGRATIONS[version].encode()).hexdigest()[:16]
+        for name, module in (("sqlite", sqlite_store), ("postgres", postgres_store))
+        for version in (1, 2)
+    }
+    assert shipped == RELEASED
 
 
 HEARTBEAT = datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=UTC)
@@ -93,7 +106,7 @@ def build_sqlite_v1(path: str) -> None:
     with closing(sqlite3.connect(path, isolation_level=None)) as db:
         db.execute("PRAGMA journal_mode = WAL")
         db.execute("BEGIN")
-        for statement in sqlite.MIGRATIONS[1].split(";"):
+        for statement in SQLITE_V1.split(";"):
             if statement.strip():
                 db.execute(statement)
         db.execute(f"PRAGMA application_id = {SQLITE_APPLICATION_ID}")
@@ -116,13 +129,7 @@ async def build_postgres_v1(dsn: str, schema: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
         async with conn.transaction():
-            await conn.execute(f"CREATE SCHEMA {s}")
-            await conn.execute(
-                f"CREATE TABLE {s}.migrations (version INTEGER PRIMARY KEY, "
-                "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-            )
-            await conn.execute(postgres.MIGRATIONS[1].format(s=s))
-            await conn.execute(f"INSERT INTO {s}.migrations (version) VALUES (1)")
+            await conn.execute(POSTGRES_V1.format(s=s))
             await conn.execute(
                 f"INSERT INTO {s}.workflows VALUES ($1, 'wf', 3, 'running', 'prod', $2, $3)",
                 T,
@@ -143,22 +150,6 @@ async def build_postgres_v1(dsn: str, schema: str) -> None:
                 )
     finally:
         await conn.close()
-
-
-async def installed_versions(backend: Backend) -> list[int]:
-    if backend.is_postgres:
-        conn = await asyncpg.connect(backend.dsn)
-        try:
-            rows = await conn.fetch(
-                f'SELECT version FROM "{backend.location}".migrations ORDER BY version'
-            )
-        finally:
-            await conn.close()
-        return [int(r["version"]) for r in rows]
-    with closing(sqlite3.connect(backend.location)) as db:
-        version = db.execute("PRAGMA user_version").fetchone()[0]
-        assert db.execute("PRAGMA application_id").fetchone()[0] == SQLITE_APPLICATION_ID
-    return list(range(1, version + 1))
 
 
 async def test_a_version_1_store_migrates_keeping_its_data(backend: Backend) -> None:
@@ -205,6 +196,12 @@ async def test_a_version_1_store_migrates_keeping_its_data(backend: Backend) -> 
 
 # -- version 2: finished steps without their prompt ----------------------------------------
 
+SQLITE_V2 = sqlite_store.MIGRATIONS[2]
+POSTGRES_V2 = f"""
+{postgres_store.MIGRATIONS[2]}
+INSERT INTO {{s}}.migrations (version) VALUES (2);
+"""
+
 V2_STORE_ID = "0123456789ab4def8123456789abcdef"
 V2_STEPS = [
     StepRecord(
@@ -230,7 +227,7 @@ def build_sqlite_v2(path: str) -> None:
     build_sqlite_v1(path)
     with closing(sqlite3.connect(path, isolation_level=None)) as db:
         db.execute("BEGIN")
-        for statement in sqlite.MIGRATIONS[2].split(";"):
+        for statement in SQLITE_V2.split(";"):
             if statement.strip():
                 db.execute(statement, {"store_id": V2_STORE_ID})
         for step in V2_STEPS:
@@ -248,9 +245,8 @@ async def build_postgres_v2(dsn: str, schema: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
         async with conn.transaction():
-            await conn.execute(postgres.MIGRATIONS[2].format(s=s))
-            await conn.execute(f"INSERT INTO {s}.migrations (version) VALUES (2)")
-            # The migration made a random store id; this store's is a known one.
+            await conn.execute(POSTGRES_V2.format(s=s))
+            # Version 2 makes its store id itself; the test's old store has a known one.
             await conn.execute(
                 f"UPDATE {s}.meta SET value = $1 WHERE key = 'store_id'", V2_STORE_ID
             )

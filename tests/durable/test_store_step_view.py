@@ -16,7 +16,7 @@ from coder_chat.durable.records import JournalEntry, StepView
 from coder_chat.durable.store import DurableStore
 from coder_chat.errors import CoderStoreError
 
-from .backends import Backend, step_record
+from .backends import Backend, insert_malformed_workflow, step_record
 
 T = "org-1"
 
@@ -141,14 +141,7 @@ async def test_malformed_rows_are_reported(backend: Backend) -> None:
     )
     with pytest.raises(CoderStoreError, match="malformed row in chats"):
         await store.get_step_view(T, "wf", 1)
-    await backend.execute(
-        "INSERT INTO workflows (tenant, workflow_id, epoch, state, deployment, heartbeat_at, body) "
-        "VALUES (?, 'bad', 1, 'running', 'local', NULL, ?)",
-        "INSERT INTO {s}.workflows (tenant, workflow_id, epoch, state, deployment, heartbeat_at, "
-        "body) VALUES ($1, 'bad', 1, 'running', 'local', NULL, $2::jsonb)",
-        T,
-        '{"tenant": 5, "workflow_id": "bad"}',
-    )
+    await insert_malformed_workflow(backend, T)
     with pytest.raises(CoderStoreError, match="malformed row in workflows") as info:
         await store.get_step_view(T, "bad", 1)
     assert info.value.retryable is False

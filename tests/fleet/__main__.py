@@ -15,6 +15,7 @@ import shutil
 import signal
 import sys
 import tempfile
+from dataclasses import fields
 from pathlib import Path
 
 
@@ -52,16 +53,9 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # A restarted store's pools refill with warnings and tracebacks: expected here.
     logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)
-    workdir = args.workdir or default_workdir()
-    options = CampaignOptions(
-        seed=args.seed,
-        count=args.count,
-        only=args.only,
-        workers=args.workers,
-        workdir=workdir,
-        keep=args.keep,
-        fresh=args.fresh,
-    )
+    args.workdir = args.workdir or default_workdir()
+    # The command's options are named as the campaign's.
+    options = CampaignOptions(**{f.name: getattr(args, f.name) for f in fields(CampaignOptions)})
 
     def note(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -73,10 +67,12 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = asyncio.run(campaign())
     except asyncio.CancelledError:
-        note(f"fleet: stopped by a signal; the fleet was torn down (timelines under {workdir})")
+        note(
+            f"fleet: stopped by a signal; the fleet was torn down (timelines under {options.workdir})"
+        )
         return 130
-    note(f"fleet: timelines under {workdir}")
-    return 0 if report.violations == 0 and report.errors == 0 else 1
+    note(f"fleet: timelines under {options.workdir}")
+    return 0 if report.violations == 0 and not report.errors else 1
 
 
 def default_workdir() -> Path:

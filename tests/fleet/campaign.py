@@ -12,12 +12,13 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from coder_chat.durable.postgres import PostgresStore
+from tests.lab.report import Printer, Results
 
 from .config import LEDGER_SCHEMA
 from .draw import derive
@@ -33,8 +34,6 @@ from .report import (
 )
 from .schedule import ScheduleResult, run_schedule
 
-Printer = Callable[[str], None]
-
 
 @dataclass
 class CampaignOptions:
@@ -48,17 +47,8 @@ class CampaignOptions:
 
 
 @dataclass
-class CampaignReport:
-    results: list[ScheduleResult] = field(default_factory=list)
+class CampaignReport(Results[ScheduleResult]):
     setup_seconds: float = 0.0
-
-    @property
-    def violations(self) -> int:
-        return sum(len(r.findings.violations) for r in self.results)
-
-    @property
-    def errors(self) -> int:
-        return sum(1 for r in self.results if r.error is not None)
 
 
 async def run_campaign(options: CampaignOptions, out: Printer, note: Printer) -> CampaignReport:

@@ -11,12 +11,12 @@ flight on that chat when its host was hit and the earlier landed past its horizo
 
 from __future__ import annotations
 
-import itertools
 from datetime import datetime
 
 from coder_chat.durable.markers import step_marker
 from coder_chat.simulator.engine import TIMED_OUT
-from tests.campaign.verdicts import Pair
+from tests.lab.resends import pair_kinds
+from tests.lab.verdicts import Pair
 
 from .evidence import Evidence
 from .journal import InFlight
@@ -46,16 +46,7 @@ def classify(
     truth: Truth, in_flight: list[InFlight], marker: str, tries: list[Message]
 ) -> list[Pair]:
     budget = [r for r in in_flight if r.marker == marker]
-    kinds: list[Pair] = []
-    for earlier, later in itertools.pairwise(tries):
-        if cut_short(truth, earlier, later):
-            kinds.append("cut short")
-        elif (record := late_send(budget, earlier)) is not None:
-            budget.remove(record)
-            kinds.append("late")
-        else:
-            kinds.append("resent")
-    return kinds
+    return pair_kinds(tries, budget, lambda earlier, later: cut_short(truth, earlier, later))
 
 
 def cut_short(truth: Truth, earlier: Message, later: Message) -> bool:
@@ -78,11 +69,4 @@ def timed_out_unseen(truth: Truth, chat: str, start: datetime, end: datetime) ->
         and r.output == TIMED_OUT
         and not any(not o.synthetic and o.tool_name == r.tool_name and o.at >= r.at for o in window)
         for r in window
-    )
-
-
-def late_send(budget: list[InFlight], earlier: Message) -> InFlight | None:
-    return next(
-        (r for r in budget if r.chat_id == earlier.chat_id and earlier.created_at >= r.horizon),
-        None,
     )

@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import replace
 from random import Random
 
-from tests.campaign.draw import draw_step
-from tests.campaign.plan import Step, StepKind
+from tests.lab.drawing import draw_step
+from tests.lab.steps import StepKind
 
 from .plan import (
     HOST_FAULTS,
@@ -49,9 +49,10 @@ FAULT_WEIGHTS: dict[FaultKind, float] = {
     "restart-store": 1.5,
     "restart-prefect": 1,
 }
+#: How long a sleep step sleeps, in seconds: long enough for a fault to land inside one.
+SLEEP_RANGE = (1.0, 5.0)
 #: The share of schedules where a person acts on one of the workflows.
 PERSON_SHARE = 0.5
-WORDS = ("refund", "invoice", "ledger", "audit", "payout", "dispute", "receipt", "quote")
 
 
 def derive(seed: int, index: int, workers: int = 3) -> FleetSchedule:
@@ -99,16 +100,9 @@ def draw_workflow(rng: Random, workflow_id: str, queue: str) -> FleetWorkflow:
         list(STEP_WEIGHTS), weights=list(STEP_WEIGHTS.values()), k=rng.randint(3, 5)
     )
     amounts = iter(rng.sample(range(100, 100_000), k=2 * len(kinds)))
-    steps = tuple(_step(rng, kind, amounts) for kind in kinds)
+    steps = tuple(draw_step(rng, kind, amounts, SLEEP_RANGE) for kind in kinds)
     chosen = queue if rng.random() < 0.7 else "default"
     return FleetWorkflow(workflow_id, steps, chosen, round(rng.uniform(0.0, 8.0), 1))
-
-
-def _step(rng: Random, kind: StepKind, amounts: object) -> Step:
-    if kind == "sleep":
-        word = f"{rng.choice(WORDS)}-{rng.randint(1, 999)}"
-        return Step(kind, f"think the {word} over /sleep {rng.uniform(1.0, 5.0):.1f}")
-    return draw_step(rng, kind, amounts)
 
 
 def draw_fault(rng: Random, victim: FleetWorkflow, hosts: list[str]) -> Fault:

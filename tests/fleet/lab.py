@@ -21,6 +21,7 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from prefect_coder.payments import serve_payments
 from tests.integration.procs import Processes
+from tests.lab.tasks import in_background
 
 from . import slots
 from .config import Timings
@@ -50,8 +51,7 @@ async def open_fleet(
             stack.enter_context(temporary_settings(updates={PREFECT_API_URL: fleet.api_url}))
             await _start(fleet, say)
             fleet.witness = Witness(fleet.worker_hosts)
-            watching = asyncio.create_task(fleet.witness.watch())
-            stack.push_async_callback(_cancel, watching)
+            await stack.enter_async_context(in_background(fleet.witness.watch()))
             yield fleet
     finally:
         await asyncio.to_thread(slots.release, slot, keep_root=keep)
@@ -117,9 +117,3 @@ async def _start(fleet: Fleet, say: Callable[[str], None]) -> None:
         done("blocks saved, deployments created")
 
     await asyncio.gather(workers(), deployments())
-
-
-async def _cancel(task: asyncio.Task[None]) -> None:
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from tests.campaign.plan import Step
+from tests.lab.steps import Step
 
 FaultKind = Literal[
     "kill-host",  # SIGKILL every process of a worker host; its worker starts again at the end

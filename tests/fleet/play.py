@@ -33,6 +33,7 @@ from prefect.client.schemas.objects import StateType
 from prefect.states import Crashed
 
 from coder_chat.durable.store import DurableStore
+from tests.lab.tasks import cancel_all
 
 from .config import DURABLE_CHAT, Timings
 from .faults import FaultRecord, Injector
@@ -105,13 +106,12 @@ async def play(
         )
         played.all_ended = datetime.now(UTC)
     finally:
-        await _cancel(faults)
+        # The faults still pending are cancelled: each heals what it broke on the way out.
+        await cancel_all(faults)
         played.faults = injector.records
         await _stop_people(people, played)
         await _restart_dead_workers(fleet, played)
-        watching.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await watching
+        await cancel_all([watching])
     await _wait(lambda: _quiet(fleet, played), limits.quiet, "quiet", played)
     await _silence(fleet, played)
     await _wait(lambda: _settled(played), limits.quiet, "runs settled", played)
@@ -175,15 +175,6 @@ async def _wait(
                 return
         await asyncio.sleep(POLL)
     played.notes.append(f"stopped waiting for the {phase} phase after {limit:.0f}s")
-
-
-async def _cancel(faults: list[asyncio.Task[FaultRecord]]) -> None:
-    """Cancel the faults still pending: each heals what it broke on the way out."""
-    for task in faults:
-        task.cancel()
-    for task in faults:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
 
 
 async def _stop_people(people: list[asyncio.Task[None]], played: Played) -> None:

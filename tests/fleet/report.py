@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from statistics import mean, median
+from statistics import median
+
+from tests.lab.report import took
 
 from .schedule import ScheduleResult
 from .verdicts import CATEGORIES
@@ -50,10 +52,9 @@ def summary_line(results: Sequence[ScheduleResult]) -> str:
 
 
 def timing_line(results: Sequence[ScheduleResult], setup: float, wall: float) -> str:
-    each = [r.seconds for r in results] or [0.0]
     return (
         f"timing: {len(results)} schedules in {wall:.0f}s wall (fleet setups {setup:.0f}s); "
-        f"each took {mean(each):.0f}s on average (min {min(each):.0f}s, max {max(each):.0f}s)"
+        f"{took([r.seconds for r in results], digits=0)}"
     )
 
 

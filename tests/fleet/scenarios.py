@@ -24,7 +24,7 @@ whether a sweep happened to be on the faulted host at that instant.
 
 from __future__ import annotations
 
-from tests.campaign.plan import Step, prompt_json
+from tests.lab.drawing import charge_step, plain_step, sleep_step
 
 from .plan import Fault, FleetSchedule, FleetWorkflow, Moment, Person
 
@@ -32,41 +32,33 @@ from .plan import Fault, FleetSchedule, FleetWorkflow, Moment, Person
 CI_SWEEP_QUEUE = "w3"
 
 
-def _charge(amount: int, word: str) -> Step:
-    directive = f"/tool charge_card {prompt_json({'amount_cents': amount})}"
-    return Step("tool", f"charge the card for {word} {directive}", (amount,))
-
-
-def _plain(word: str) -> Step:
-    return Step("plain", f"plan the {word}")
-
-
-def _sleep(seconds: float, word: str) -> Step:
-    return Step("sleep", f"think the {word} over /sleep {seconds}")
-
-
 def ci_schedule(seed: int = 16) -> FleetSchedule:
     killed, cut, calm = (f"ci-{seed}-{name}" for name in ("killed", "cut", "calm"))
     workflows = (
         FleetWorkflow(
             killed,
-            (_plain("refund"), _charge(1601, "refund"), _sleep(2.0, "refund"), _plain("memo")),
+            (
+                plain_step("refund"),
+                charge_step("refund", 1601),
+                sleep_step("refund", "2.0"),
+                plain_step("memo"),
+            ),
             "w1",
             person=Person("changed-prompt", Moment("step", 2.0, killed, 1), "w3"),
         ),
         FleetWorkflow(
             cut,
             (
-                _charge(1602, "invoice"),
-                _plain("invoice"),
-                _sleep(3.0, "ledger"),
-                _sleep(6.0, "note"),
+                charge_step("invoice", 1602),
+                plain_step("invoice"),
+                sleep_step("ledger", "3.0"),
+                sleep_step("note", "6.0"),
             ),
             "w2",
         ),
         FleetWorkflow(
             calm,
-            (_charge(1603, "payout"), _sleep(6.0, "payout"), _plain("audit")),
+            (charge_step("payout", 1603), sleep_step("payout", "6.0"), plain_step("audit")),
             "w3",
             person=Person("cancel-resume", Moment("step", 1.0, calm, 1)),
         ),

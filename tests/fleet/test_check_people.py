@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from prefect.client.schemas.objects import State, StateType
 
 from coder_chat.durable.markers import LABEL_WORKFLOW
-from tests.campaign.plan import Step
+from tests.lab.steps import Step
 
 from .check_fencing import check_fencing
 from .check_people import check_people

@@ -10,7 +10,7 @@ from __future__ import annotations
 from prefect.client.schemas.objects import State, StateType
 
 from coder_chat.durable.markers import LABEL_WORKFLOW
-from tests.campaign.plan import Step
+from tests.lab.steps import Step
 
 from .check_fencing import check_fencing
 from .coder_requests import Request

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from coder_chat.durable.markers import LABEL_WORKFLOW, step_marker
+from tests.lab.truth import text_after_tools
 
 #: The client tools a lab chat declares: a step's answer is the text after the last call.
 CLIENT_TOOLS = frozenset({"charge_card", "structured_output"})
@@ -91,11 +92,7 @@ class Truth:
             if until is None or m.created_at <= until
             for p in m.content
         ]
-        cut = 0
-        for index, part in enumerate(parts):
-            if part.get("type") == "tool-call" and part.get("tool_name") in CLIENT_TOOLS:
-                cut = index + 1
-        return "".join(str(p.get("text", "")) for p in parts[cut:] if p.get("type") == "text")
+        return text_after_tools(parts, CLIENT_TOOLS)
 
     def call_step(self, chat_id: str, tool_call_id: str) -> int | None:
         """The step whose attempt made the client-tool call ``tool_call_id``."""

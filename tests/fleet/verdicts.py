@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from tests.campaign.verdicts import Tally
+from tests.lab.verdicts import Tally
 
 Category = Literal[
     "unfinished workflows",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from prefect import flow
@@ -57,12 +56,3 @@ async def stored(sim: Simulator, workflow_id: str) -> WorkflowRecord:
     workflow = await runtime(None, None).store.get_workflow(str(sim.organization_id), workflow_id)
     assert workflow is not None
     return workflow
-
-
-def sent(sim: Simulator, text: str) -> int:
-    return sum(
-        1
-        for chat in sim.chats()
-        for m in sim.messages(chat.id)
-        if m.role == "user" and text in json.dumps(m.content)
-    )

@@ -30,12 +30,13 @@ def script_refund(sim: Simulator, order_id: str, amount_cents: int) -> None:
     sim.script(f"for order {order_id} {REFUND}", f"/tool issue_refund {json.dumps(refund)}")
 
 
-def user_prompts(sim: Simulator, marker: str) -> int:
+def sent(sim: Simulator, text: str) -> int:
+    """How many prompts the server holds with ``text`` in them (a step's marker, a prompt)."""
     return sum(
         1
         for chat in sim.chats()
         for m in sim.messages(chat.id)
-        if m.role == "user" and marker in json.dumps(m.content)
+        if m.role == "user" and text in json.dumps(m.content)
     )
 
 

@@ -34,9 +34,9 @@ from .reviews import (
     execute,
     review,
     run_from_deployment,
-    sent,
     stored,
 )
+from .support import sent
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.timeout(120)]
 

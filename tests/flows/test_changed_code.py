@@ -8,7 +8,6 @@ held by that run, with its finished steps, as a SIGKILL would leave it.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,8 @@ from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
 from prefect_coder import DurableChat
 from prefect_coder.flows.orphan_sweep import orphan_sweep
+
+from .support import sent
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.timeout(120)]
 
@@ -44,16 +45,6 @@ def rows(db: Path, workflow_id: str) -> list[tuple[Any, ...]]:
                 "SELECT * FROM chats WHERE workflow_id = ? ORDER BY chat_id", (workflow_id,)
             ),
         ]
-
-
-def sent(sim: Simulator, text: str) -> int:
-    """How many user messages Coder received containing ``text``."""
-    return sum(
-        1
-        for chat in sim.chats()
-        for m in sim.messages(chat.id)
-        if m.role == "user" and text in json.dumps(m.content)
-    )
 
 
 async def flow_run_state(flow_run_id: str) -> tuple[str, str | None]:

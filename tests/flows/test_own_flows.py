@@ -25,7 +25,7 @@ from prefect_coder import DurableChat, Superseded, WorkflowSettings
 from prefect_coder.examples.refund import refund_order
 from prefect_coder.payments import Ledger, serve_payments
 
-from .support import script_refund, superseded_by_its_successor, user_prompts
+from .support import script_refund, sent, superseded_by_its_successor
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.timeout(120)]
 
@@ -82,7 +82,7 @@ async def test_a_large_refund_waits_for_a_person_between_turns(
     running = asyncio.create_task(refund_order(order_id="8", complaint="Never arrived"))
     paused = await wait_for_state("refund-8", StateType.PAUSED)
     assert not payments.applied  # nothing is refunded while a person decides
-    assert user_prompts(sim, "[refund-8/step-2]") == 0
+    assert sent(sim, "[refund-8/step-2]") == 0
     # Its progress says what is done and what it waits for, while it waits.
     async with get_client() as client:
         artifacts = await client.read_latest_artifacts()
@@ -167,7 +167,7 @@ async def test_a_retried_flow_and_a_refused_prompt_leave_the_workflow_unfinished
     assert await fixed() == ["stored", "ran"]
     workflow, _ = await store_snapshot(coder_env, tenant, "wf-changed")
     assert workflow.state == WorkflowState.FINISHED
-    assert user_prompts(sim, "[wf-changed/step-1]") == 1
+    assert sent(sim, "[wf-changed/step-1]") == 1
 
 
 async def test_a_superseded_run_ends_superseded_and_sends_nothing_more(
@@ -186,7 +186,7 @@ async def test_a_superseded_run_ends_superseded_and_sends_nothing_more(
     # A's first turn lasts long enough that B begins inside it, even on a loaded machine.
     slow = asyncio.create_task(two_turns(first="first /sleep 6"))
     while True:  # until A's first prompt is on the chat
-        if user_prompts(sim, "[wf-taken/step-1]"):
+        if sent(sim, "[wf-taken/step-1]"):
             break
         await asyncio.sleep(0.05)
     taken: State[str] = await two_turns(first="first /sleep 6", return_state=True)
@@ -195,7 +195,7 @@ async def test_a_superseded_run_ends_superseded_and_sends_nothing_more(
         await slow
     new = await superseded_by_its_successor("wf-taken")
     assert new.state is not None and new.state.is_completed()
-    assert user_prompts(sim, "[wf-taken/step-2]") == 1  # B's; A never sent step 2
+    assert sent(sim, "[wf-taken/step-2]") == 1  # B's; A never sent step 2
 
 
 async def test_a_run_whose_turns_a_successor_finished_ends_superseded(
@@ -226,7 +226,7 @@ async def test_a_run_whose_turns_a_successor_finished_ends_superseded(
     with pytest.raises(Superseded):
         await cut_off
     await superseded_by_its_successor("wf-outrun")
-    assert user_prompts(sim, "[wf-outrun/step-2]") == 1  # B's alone
+    assert sent(sim, "[wf-outrun/step-2]") == 1  # B's alone
 
 
 async def test_a_persons_answer_is_kept_and_a_rerun_is_not_asked_again(

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 from playwright.async_api import Browser, Page, async_playwright
 
+from .ui_support import loopback_only
+
 CHROMIUM = Path(os.environ.get("PREFECT_CODER_CHROMIUM", "/usr/bin/chromium"))
 #: Screenshots land here, at the repository root (gitignored).
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-output"
@@ -59,3 +61,11 @@ async def screenshot(page: Page, name: str) -> Path:
     path = SCREENSHOTS / f"{name}.png"
     await page.screenshot(path=str(path), full_page=True)
     return path
+
+
+async def open_page(browser: Browser, height: int, timeout_ms: int) -> Page:
+    """A page as wide as the UI's desktop layout, kept on loopback (:func:`loopback_only`)."""
+    page = await browser.new_page(viewport={"width": 1400, "height": height})
+    page.set_default_timeout(timeout_ms)
+    await page.route("**/*", loopback_only)
+    return page

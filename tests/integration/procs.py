@@ -22,8 +22,14 @@ from pathlib import Path
 from typing import TypeVar
 
 import httpx
+import pytest
 
 T = TypeVar("T")
+
+#: For a test that reads process trees (to find and kill a worker's flow runs) in /proc.
+NEEDS_PROC = pytest.mark.skipif(
+    not Path("/proc/self/stat").exists(), reason="reads process trees in /proc"
+)
 
 
 @dataclass
@@ -50,6 +56,8 @@ class Processes:
 
     root: Path
     started: list[Proc] = field(default_factory=list)
+    #: Every process group the test has killed, and when (:func:`boot_ticks`).
+    killed: dict[int, int] = field(default_factory=dict)
 
     async def start(
         self, name: str, *argv: str, env: dict[str, str], cwd: Path, stdin: bytes | None = None
@@ -104,11 +112,30 @@ class Processes:
         return output
 
     def kill(self, proc: Proc) -> None:
-        """SIGKILL the process and every process group in its tree."""
+        """SIGKILL the process and everything it started: no ``finally``, no shutdown hook runs.
+
+        Prefect's process worker starts each flow run in a session of its own, so the
+        worker's process group alone is not the whole worker: every group in the process
+        tree is frozen first (so nothing forks or reparents in between), then all are killed.
+        """
         if proc.running:  # not reaped yet, so its pid (and group id) is still its own
             for group in freeze_tree(proc.proc.pid) | {proc.proc.pid}:
+                self.killed[group] = boot_ticks()
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(group, signal.SIGKILL)
+
+    async def crash(self, proc: Proc) -> None:
+        """Kill a process that must still be running (it did not exit on its own)."""
+        assert proc.running, f"{proc.name} exited on its own:\n{proc.tail()}"
+        self.kill(proc)
+        await proc.proc.wait()
+
+    def leftovers(self) -> list[str]:
+        """Live processes still in any process group the test killed."""
+        return survivors(self.killed)
+
+    async def all_dead(self) -> bool:
+        return self.leftovers() == []
 
     async def close(self) -> None:
         for proc in self.started:

@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import signal
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -23,10 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from prefect.client.orchestration import PrefectClient, get_client
-from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.settings import PREFECT_API_URL, temporary_settings
-from prefect.workers.process import ProcessWorker
 
 from coder_chat.durable.records import WorkflowRecord
 from coder_chat.durable.sqlite import SqliteStore
@@ -34,18 +30,19 @@ from prefect_coder.tasks.pulse import PULSE
 from tests.integration.procs import (
     Proc,
     Processes,
-    clean_env,
-    free_port,
-    http_ok,
     processes,
     until,
-    wait_for_line,
+)
+from tests.integration.stack import (
+    create_process_pool,
+    deploy_all,
+    home_env,
+    start_server,
+    start_simulator,
+    start_worker,
 )
 from tests.pgcluster import PgCluster
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-POOL = "coder-agents"
 STARTUP_TIMEOUT = 180.0
 #: How often a worker asks for work (Prefect's default is 10 s; the README says to lower it).
 WORKER_QUERY_SECONDS = "2"
@@ -65,10 +62,7 @@ class Stack:
 
     async def start_worker(self) -> Proc:
         name = f"worker-{len(self.workers) + 1}"
-        argv = [str(BIN / "prefect"), "--no-prompt", "worker", "start", "--pool", POOL]
-        worker = await self.procs.start(
-            name, *argv, "--name", name, env=self.worker_env, cwd=self.tmp
-        )
+        worker = await start_worker(self.procs, self.worker_env, self.tmp, name)
         self.workers.append(worker)
         return worker
 
@@ -151,60 +145,16 @@ class Stack:
         return killed
 
 
-def _pg_url(dsn: str) -> str:
-    return dsn.replace("postgresql://", "postgresql+asyncpg://", 1)
-
-
 @contextlib.asynccontextmanager
 async def recovery_stack(procs: Processes, tmp: Path) -> AsyncIterator[Stack]:
     """The stack, deployed from the shipped YAML, with no worker yet."""
     with PgCluster() as pg:
-        (tmp / "home").mkdir(exist_ok=True)
-        base_env = {
-            **clean_env(),
-            "HOME": str(tmp / "home"),
-            "PREFECT_HOME": str(tmp / "home" / ".prefect"),
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "DO_NOT_TRACK": "1",
-            "PYTHONUNBUFFERED": "1",
-        }
-        port = free_port()
-        api = f"http://127.0.0.1:{port}/api"
-        server = await procs.start(
-            "server",
-            str(BIN / "prefect"),
-            "server",
-            "start",
-            "--no-ui",
-            "--no-scheduler",  # every sweep pass here is one a trigger started
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            env={**base_env, "PREFECT_API_DATABASE_CONNECTION_URL": _pg_url(pg.dsn)},
-            cwd=tmp,
-        )
-        simulator = await procs.start(
-            "simulator",
-            str(BIN / "prefect-coder"),
-            "simulator",
-            "--port",
-            "0",
-            env=base_env,
-            cwd=tmp,
-        )
-        await wait_for_line(simulator, r"^export CODER_ORG_ID=", STARTUP_TIMEOUT)
-        coder = dict(
-            shlex.split(line)[1].split("=", 1)
-            for line in simulator.output().splitlines()
-            if line.startswith("export ")
-        )
-
-        async def healthy() -> bool:
-            return await http_ok(f"{api}/health")
-
-        await until(healthy, "the server's /api/health", STARTUP_TIMEOUT, [server], 0.5)
-        cli_env = {**base_env, "PREFECT_API_URL": api}
+        env = home_env(tmp)
+        # No scheduler: every sweep pass here is one a trigger started.
+        server = await start_server(procs, tmp, env, pg.dsn)
+        simulator, coder = await start_simulator(procs, env, tmp, STARTUP_TIMEOUT)
+        await server.healthy(STARTUP_TIMEOUT)
+        cli_env = {**env, "PREFECT_API_URL": server.api}
         db = tmp / "ledger.sqlite3"
         worker_env = {
             **cli_env,
@@ -212,39 +162,15 @@ async def recovery_stack(procs: Processes, tmp: Path) -> AsyncIterator[Stack]:
             "PREFECT_CODER_SQLITE_PATH": str(db),
             "PREFECT_WORKER_QUERY_SECONDS": WORKER_QUERY_SECONDS,
         }
-        with temporary_settings(updates={PREFECT_API_URL: api}):
+        with temporary_settings(updates={PREFECT_API_URL: server.api}):
             async with get_client() as client:
-                await client.create_work_pool(
-                    WorkPoolCreate(
-                        name=POOL,
-                        type="process",
-                        base_job_template=ProcessWorker.get_default_base_job_template(),
-                    )
-                )
-                await procs.run(
-                    "deploy",
-                    str(BIN / "prefect"),
-                    "--no-prompt",
-                    "deploy",
-                    "--all",
-                    "--prefect-file",
-                    "deployments/prefect.yaml",
-                    env=cli_env,
-                    cwd=ROOT,
-                    watch=[server],
-                    timeout=STARTUP_TIMEOUT,
-                )
+                await create_process_pool(client)
+                await deploy_all(procs, cli_env, [server.proc], timeout=STARTUP_TIMEOUT)
                 store = SqliteStore(db)
                 try:
+                    tenant = coder["CODER_ORG_ID"]
                     yield Stack(
-                        procs=procs,
-                        tmp=tmp,
-                        client=client,
-                        server=server,
-                        simulator=simulator,
-                        worker_env=worker_env,
-                        tenant=coder["CODER_ORG_ID"],
-                        store=store,
+                        procs, tmp, client, server.proc, simulator, worker_env, tenant, store
                     )
                 finally:
                     await store.close()

@@ -25,20 +25,14 @@ store and the Prefect API; nothing in the code under test is patched.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
-import signal
-import socket
-import sys
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
 import pytest
 from prefect.client.orchestration import PrefectClient, get_client
 from prefect.client.schemas.filters import (
@@ -51,6 +45,7 @@ from prefect.client.schemas.filters import (
     LogFilterFlowRunId,
 )
 from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.client.schemas.responses import DeploymentResponse
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from coder_chat.durable.markers import LABEL_WORKFLOW, step_marker
@@ -59,13 +54,11 @@ from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.step import StepResult
 from coder_chat.simulator import Simulator, SimulatorConfig, serve_simulator
 from coder_chat.simulator.state import Chat
-from prefect_coder.payments import serve_payments
+from prefect_coder.payments import Ledger, serve_payments
 from prefect_coder.tasks.runs import run_name, slug
-from tests.integration.procs import boot_ticks, freeze_tree, survivors
+from tests.integration.procs import NEEDS_PROC, Proc, Processes, clean_env, until
+from tests.integration.stack import POOL, PREFECT, ROOT, deploy_all, start_server, start_worker
 
-ROOT = Path(__file__).resolve().parents[2]
-PREFECT = str(Path(sys.executable).parent / "prefect")
-POOL = "coder-agents"
 CHARGE_CARD = "prefect_coder.demo_tools:charge_card"
 #: A workflow whose heartbeat is older than this is stranded (the sweep's budget here).
 STALE_SECONDS = 4.0
@@ -79,144 +72,9 @@ TERMINAL = frozenset(
     {StateType.COMPLETED, StateType.FAILED, StateType.CRASHED, StateType.CANCELLED}
 )
 
-pytestmark = [
-    pytest.mark.timeout(900),
-    pytest.mark.skipif(
-        not Path("/proc/self/stat").exists(), reason="finds a worker's process tree in /proc"
-    ),
-]
+pytestmark = [pytest.mark.timeout(900), NEEDS_PROC]
 
 T = TypeVar("T")
-
-
-# -- real processes -----------------------------------------------------------------------------
-
-
-@dataclass
-class Proc:
-    name: str
-    proc: asyncio.subprocess.Process
-    log: Path
-
-    @property
-    def running(self) -> bool:
-        return self.proc.returncode is None
-
-    def tail(self, lines: int = 80) -> str:
-        text = self.log.read_text(errors="replace") if self.log.exists() else ""
-        return "\n".join(text.splitlines()[-lines:])
-
-
-@dataclass
-class Processes:
-    """Every process the test starts, each in its own session (a process group of its own)."""
-
-    root: Path
-    started: list[Proc] = field(default_factory=list)
-    #: Every process group the test has killed, and when (:func:`boot_ticks`).
-    killed: dict[int, int] = field(default_factory=dict)
-
-    async def start(self, name: str, *argv: str, env: dict[str, str], cwd: Path) -> Proc:
-        log = self.root / f"{name}.log"
-        with log.open("wb") as out:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
-                cwd=cwd,
-                env=env,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
-            )
-        started = Proc(name, proc, log)
-        self.started.append(started)
-        return started
-
-    async def run(
-        self, name: str, *argv: str, env: dict[str, str], cwd: Path, timeout: float = 120.0
-    ) -> str:
-        """Run a command to its end; fail with its output unless it exits 0."""
-        proc = await self.start(name, *argv, env=env, cwd=cwd)
-        try:
-            async with asyncio.timeout(timeout):
-                code = await proc.proc.wait()
-        except TimeoutError:
-            self.kill(proc)
-            await proc.proc.wait()
-            raise AssertionError(f"`{' '.join(argv)}` did not end in {timeout}s") from None
-        output = proc.log.read_text(errors="replace")
-        assert code == 0, f"`{' '.join(argv)}` exited with {code}:\n{output}"
-        return output
-
-    def kill(self, proc: Proc) -> None:
-        """SIGKILL the process and everything it started: no ``finally``, no shutdown hook runs.
-
-        Prefect's process worker starts each flow run in a session of its own, so
-        the worker's process group alone is not the whole worker: every group in
-        the process tree is frozen first (so nothing forks or reparents in between),
-        then all are killed.
-        """
-        if proc.running:  # not reaped yet, so its pid (and group id) is still its own
-            groups = freeze_tree(proc.proc.pid) | {proc.proc.pid}
-            for group in groups:
-                self.killed[group] = boot_ticks()
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(group, signal.SIGKILL)
-
-    async def crash(self, proc: Proc) -> None:
-        assert proc.running, f"{proc.name} exited on its own:\n{proc.tail()}"
-        self.kill(proc)
-        await proc.proc.wait()
-
-    async def close(self) -> None:
-        for proc in self.started:
-            self.kill(proc)
-            with contextlib.suppress(ProcessLookupError):
-                await proc.proc.wait()
-
-    def leftovers(self) -> list[str]:
-        """Live processes still in any process group the test killed."""
-        return survivors(self.killed)
-
-    async def all_dead(self) -> bool:
-        return self.leftovers() == []
-
-    def diagnostics(self) -> str:
-        return "\n".join(
-            f"\n===== {p.name} (exit {p.proc.returncode}) =====\n{p.tail()}" for p in self.started
-        )
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def clean_env() -> dict[str, str]:
-    """This process's environment without any Prefect or Coder setting of its own."""
-    return {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_", "CODER_"))}
-
-
-async def until(
-    probe: Callable[[], Awaitable[T | None]],
-    what: str,
-    timeout: float,
-    watch: list[Proc],
-    interval: float = 0.2,
-) -> T:
-    """Poll ``probe`` until it returns something; fail early if a watched process died."""
-    loop = asyncio.get_running_loop()
-    give_up = loop.time() + timeout
-    while True:
-        value = await probe()
-        if value is not None and value is not False:
-            return value
-        for proc in watch:
-            assert proc.running, f"{proc.name} exited while waiting for {what}:\n{proc.tail()}"
-        assert loop.time() < give_up, f"timed out after {timeout}s waiting for {what}"
-        await asyncio.sleep(interval)
 
 
 # -- the peers' records -------------------------------------------------------------------------
@@ -309,35 +167,15 @@ async def test_deploy_crash_sweep_and_relaunch(tmp_path: Path) -> None:
 
 
 async def scenario(procs: Processes, tmp: Path) -> None:
-    # 1. A real Prefect server of its own.
-    port = free_port()
-    api = f"http://127.0.0.1:{port}/api"
-    server = await procs.start(
-        "server",
-        PREFECT,
-        "server",
-        "start",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--no-ui",
-        "--no-scheduler",  # only the runs this test triggers happen
-        env={
-            **clean_env(),
-            "PREFECT_HOME": str(tmp / "server-home"),
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        },
-        cwd=tmp,
-    )
-
-    async def healthy() -> bool:
-        with contextlib.suppress(httpx.HTTPError):
-            async with httpx.AsyncClient(timeout=5) as http:
-                return (await http.get(f"{api}/health")).status_code == 200
-        return False
-
-    await until(healthy, "the server's /api/health", STARTUP_TIMEOUT, [server], interval=0.5)
+    # 1. A real Prefect server of its own (only the runs this test triggers happen).
+    server_env = {
+        **clean_env(),
+        "PREFECT_HOME": str(tmp / "server-home"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+    }
+    server = await start_server(procs, tmp, server_env, database=None)
+    await server.healthy(STARTUP_TIMEOUT)
+    api = server.api
 
     # 2. Deploy from the YAML, from the repository root, as a user would.
     cli_env = {
@@ -346,36 +184,94 @@ async def scenario(procs: Processes, tmp: Path) -> None:
         "PREFECT_HOME": str(tmp / "cli-home"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
     }
-    await procs.run(
-        "work-pool",
-        PREFECT,
-        "work-pool",
-        "create",
-        POOL,
-        "--type",
-        "process",
-        env=cli_env,
-        cwd=ROOT,
-    )
-    await procs.run(
-        "deploy",
-        PREFECT,
-        "--no-prompt",
-        "deploy",
-        "--all",
-        "--prefect-file",
-        "deployments/prefect.yaml",
-        env=cli_env,
-        cwd=ROOT,
-    )
+    create_pool = ["work-pool", "create", POOL, "--type", "process"]
+    await procs.run("work-pool", PREFECT, *create_pool, env=cli_env, cwd=ROOT)
+    await deploy_all(procs, cli_env, [server.proc])
     with temporary_settings(updates={PREFECT_API_URL: api}):
         async with get_client() as client:
-            await with_deployments(procs, client, tmp, server)
+            await with_deployments(procs, client, tmp, server.proc)
+
+
+@dataclass
+class Scene:
+    """What every phase of the scenario acts on: the deployed stack and the peers."""
+
+    procs: Processes
+    client: PrefectClient
+    tmp: Path
+    server: Proc
+    sim: Simulator
+    payments: Ledger
+    store: SqliteStore
+    worker_env: dict[str, str]
+    durable: DeploymentResponse
+    sweep: DeploymentResponse
+
+    @property
+    def tenant(self) -> str:
+        return str(self.sim.organization_id)
+
+    async def workflow(self, workflow_id: str) -> WorkflowRecord | None:
+        return await self.store.get_workflow(self.tenant, workflow_id)
+
+    async def start_worker(self, name: str) -> Proc:
+        return await start_worker(self.procs, self.worker_env, self.tmp, name)
+
+
+@dataclass
+class Crashed:
+    """The workflow whose first worker was killed with a tool result on its way to Coder."""
+
+    workflow_id: str
+    params: dict[str, Any]
+    run: FlowRun
+    orphan: Chat
+
+
+@dataclass
+class Live:
+    """The workflow that is checkpointed and mid-turn when the sweep runs."""
+
+    workflow_id: str
+    run: FlowRun
+    chat: Chat
 
 
 async def with_deployments(
     procs: Processes, client: PrefectClient, tmp: Path, server: Proc
 ) -> None:
+    durable, sweep = await check_the_deployments(client)
+    config = SimulatorConfig(interrupt_winddown=0.05)
+    async with serve_simulator(config) as sim, serve_payments() as (payments_url, payments):
+        db = tmp / "ledger.sqlite3"
+        worker_env = {
+            **clean_env(),
+            **sim.env(),
+            "PAYMENTS_URL": payments_url,
+            "PREFECT_CODER_SQLITE_PATH": str(db),
+            "PREFECT_API_URL": str(PREFECT_API_URL.value()),
+            # Shared by every worker: Prefect keeps the step cache (task results) here.
+            "PREFECT_HOME": str(tmp / "worker-home"),
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "PREFECT_WORKER_QUERY_SECONDS": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+        async with opened(db) as store:
+            scene = Scene(
+                procs, client, tmp, server, sim, payments, store, worker_env, durable, sweep
+            )
+            crashed = await crash_the_first_worker(scene)
+            second = await scene.start_worker("worker-2")
+            live = await start_a_live_workflow(scene, second)
+            relaunch = await sweep_once(scene, crashed, live, second)
+            await check_the_relaunch(scene, crashed, relaunch, second)
+            await check_the_live_workflow(scene, live, second)
+
+
+async def check_the_deployments(
+    client: PrefectClient,
+) -> tuple[DeploymentResponse, DeploymentResponse]:
+    """Every deployment of the YAML, as the YAML says; the sweep's schedule paused."""
     durable = await client.read_deployment_by_name("durable-chat/durable-chat")
     sweep = await client.read_deployment_by_name("orphan-sweep/orphan-sweep")
     archive = await client.read_deployment_by_name("archive-workflow/archive-workflow")
@@ -400,209 +296,201 @@ async def with_deployments(
     # The server runs no scheduler; pause the schedule as well, so that only the
     # sweep this test triggers ever runs.
     await client.update_deployment_schedule(sweep.id, schedule.id, active=False)
+    return durable, sweep
 
-    config = SimulatorConfig(interrupt_winddown=0.05)
-    async with serve_simulator(config) as sim, serve_payments() as (payments_url, payments):
-        db = tmp / "ledger.sqlite3"
-        worker_env = {
-            **clean_env(),
-            **sim.env(),
-            "PAYMENTS_URL": payments_url,
-            "PREFECT_CODER_SQLITE_PATH": str(db),
-            "PREFECT_API_URL": str(PREFECT_API_URL.value()),
-            # Shared by every worker: Prefect keeps the step cache (task results) here.
-            "PREFECT_HOME": str(tmp / "worker-home"),
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "PREFECT_WORKER_QUERY_SECONDS": "1",
-            "PYTHONUNBUFFERED": "1",
-        }
-        tenant = str(sim.organization_id)
 
-        def start_worker(name: str) -> Awaitable[Proc]:
-            argv = [PREFECT, "--no-prompt", "worker", "start", "--pool", POOL, "--name", name]
-            return procs.start(name, *argv, env=worker_env, cwd=tmp)
+async def crash_the_first_worker(scene: Scene) -> Crashed:
+    """3. The first worker runs a workflow whose first turn charges a card; the tool's
+    result is held on its way to Coder and the worker is killed."""
+    client, sim = scene.client, scene.sim
+    crashed_id = f"it-crash-{uuid.uuid4().hex[:8]}"
+    params: dict[str, Any] = {
+        "workflow_id": crashed_id,
+        "prompts": [
+            'charge the customer /tool charge_card {"amount_cents": 500}',
+            "write the customer a receipt note",
+            "say goodbye",
+        ],
+        "tools": [CHARGE_CARD],
+        "settings": {
+            "request_timeout_seconds": 30.0,
+            "step_deadline_seconds": 60.0,
+            "heartbeat_seconds": 1.0,
+        },
+    }
+    first = await scene.start_worker("worker-1")
+    sim.faults.hold("tool_results", phase="before")
+    run = await client.create_flow_run_from_deployment(scene.durable.id, parameters=params)
 
-        async with opened(db) as store:
+    async def held_result() -> Any:
+        await still_running(client, run.id)
+        return next((h for h in sim.faults.held() if h.route == "tool_results"), None)
 
-            async def workflow(workflow_id: str) -> WorkflowRecord | None:
-                return await store.get_workflow(tenant, workflow_id)
+    watch = [first, scene.server]
+    held = await until(held_result, "the tool result to be held", STARTUP_TIMEOUT, watch)
+    assert list(scene.payments.applied.values()) == [1], scene.payments.applied
+    await scene.procs.crash(first)  # the worker and its flow run's process, at once
+    sim.faults.decide(held.id, "drop")  # the dead worker's request never lands
+    await until(scene.procs.all_dead, "the crashed worker's processes to die", 30, [])
 
-            # 3. The first worker runs a workflow whose first turn charges a card; the
-            #    tool's result is held on its way to Coder and the worker is killed.
-            crashed_id = f"it-crash-{uuid.uuid4().hex[:8]}"
-            crashed_params: dict[str, Any] = {
-                "workflow_id": crashed_id,
-                "prompts": [
-                    'charge the customer /tool charge_card {"amount_cents": 500}',
-                    "write the customer a receipt note",
-                    "say goodbye",
-                ],
-                "tools": [CHARGE_CARD],
-                "settings": {
-                    "request_timeout_seconds": 30.0,
-                    "step_deadline_seconds": 60.0,
-                    "heartbeat_seconds": 1.0,
-                },
-            }
-            first = await start_worker("worker-1")
-            sim.faults.hold("tool_results", phase="before")
-            crashed_run = await client.create_flow_run_from_deployment(
-                durable.id, parameters=crashed_params
-            )
+    [orphan] = chats_of(sim, crashed_id)
+    assert orphan.status == "requires_action" and not orphan.archived
+    record = await scene.workflow(crashed_id)
+    assert record is not None
+    assert record.state == WorkflowState.RUNNING and record.epoch == 1
+    assert record.chat_id is None, "the crashed first turn wrote no checkpoint"
+    assert record.flow_run_id == str(run.id)
+    return Crashed(crashed_id, params, run, orphan)
 
-            async def held_result() -> Any:
-                await still_running(client, crashed_run.id)
-                return next((h for h in sim.faults.held() if h.route == "tool_results"), None)
 
-            held = await until(
-                held_result, "the tool result to be held", STARTUP_TIMEOUT, [first, server]
-            )
-            assert list(payments.applied.values()) == [1], payments.applied
-            await procs.crash(first)  # the worker and its flow run's process, at once
-            sim.faults.decide(held.id, "drop")  # the dead worker's request never lands
+async def start_a_live_workflow(scene: Scene, second: Proc) -> Live:
+    """4. A fresh worker, and a live workflow, checkpointed and mid-turn."""
+    client, sim = scene.client, scene.sim
+    live_id = f"it-live-{uuid.uuid4().hex[:8]}"
+    params: dict[str, Any] = {
+        "workflow_id": live_id,
+        "prompts": ["hello", f"/sleep {LIVE_TURN_SECONDS} take your time"],
+        "settings": {
+            "request_timeout_seconds": 120.0,
+            "step_deadline_seconds": 180.0,
+            "heartbeat_seconds": 1.0,
+            "archive_at_end": False,
+        },
+    }
+    run = await client.create_flow_run_from_deployment(scene.durable.id, parameters=params)
 
-            await until(procs.all_dead, "the crashed worker's processes to die", 30, [])
+    async def live_mid_turn() -> Chat | None:
+        await still_running(client, run.id)
+        chats = chats_of(sim, live_id)
+        if len(chats) != 1 or chats[0].status != "running":
+            return None
+        if marker_counts(sim, chats[0], live_id, 2)[1] != 1:
+            return None
+        return chats[0]
 
-            [orphan] = chats_of(sim, crashed_id)
-            assert orphan.status == "requires_action" and not orphan.archived
-            record = await workflow(crashed_id)
-            assert record is not None
-            assert record.state == WorkflowState.RUNNING and record.epoch == 1
-            assert record.chat_id is None, "the crashed first turn wrote no checkpoint"
-            assert record.flow_run_id == str(crashed_run.id)
+    watch = [second, scene.server]
+    chat = await until(live_mid_turn, "the live workflow's second turn", STARTUP_TIMEOUT, watch)
+    record = await scene.workflow(live_id)
+    assert record is not None and record.chat_id == str(chat.id)
+    assert record.epoch == 1
+    return Live(live_id, run, chat)
 
-            # 4. A fresh worker, and a live workflow, checkpointed and mid-turn.
-            second = await start_worker("worker-2")
-            live_id = f"it-live-{uuid.uuid4().hex[:8]}"
-            live_params: dict[str, Any] = {
-                "workflow_id": live_id,
-                "prompts": ["hello", f"/sleep {LIVE_TURN_SECONDS} take your time"],
-                "settings": {
-                    "request_timeout_seconds": 120.0,
-                    "step_deadline_seconds": 180.0,
-                    "heartbeat_seconds": 1.0,
-                    "archive_at_end": False,
-                },
-            }
-            live_run = await client.create_flow_run_from_deployment(
-                durable.id, parameters=live_params
-            )
 
-            async def live_mid_turn() -> Chat | None:
-                await still_running(client, live_run.id)
-                chats = chats_of(sim, live_id)
-                if len(chats) != 1 or chats[0].status != "running":
-                    return None
-                if marker_counts(sim, chats[0], live_id, 2)[1] != 1:
-                    return None
-                return chats[0]
+async def sweep_once(scene: Scene, crashed: Crashed, live: Live, second: Proc) -> FlowRun:
+    """5. The sweep, with short budgets, once the crashed workflow's heartbeat is stale:
+    it keeps the live chat and relaunches the crashed workflow."""
+    client = scene.client
 
-            live_chat = await until(
-                live_mid_turn, "the live workflow's second turn", STARTUP_TIMEOUT, [second, server]
-            )
-            live_record = await workflow(live_id)
-            assert live_record is not None and live_record.chat_id == str(live_chat.id)
-            assert live_record.epoch == 1
+    async def crashed_is_stale() -> bool:
+        found = await scene.workflow(crashed.workflow_id)
+        assert found is not None
+        beat = found.heartbeat_at
+        return beat is None or utcnow() - beat > timedelta(seconds=STALE_SECONDS + 1)
 
-            async def crashed_is_stale() -> bool:
-                found = await workflow(crashed_id)
-                assert found is not None
-                beat = found.heartbeat_at
-                return beat is None or utcnow() - beat > timedelta(seconds=STALE_SECONDS + 1)
+    await until(crashed_is_stale, "the crashed workflow's heartbeat to go stale", 60, [])
+    sweep_run = await client.create_flow_run_from_deployment(
+        scene.sweep.id,
+        parameters={
+            "target_deployment": "durable-chat",
+            "orphan_age_seconds": 0.0,
+            "stuck_after_seconds": 3600.0,
+            "stale_heartbeat_seconds": STALE_SECONDS,
+            "tools": [CHARGE_CARD],
+        },
+    )
+    swept = await wait_state(client, sweep_run.id, [second, scene.server])
+    assert swept.state is not None and swept.state.type == StateType.COMPLETED, swept.state
 
-            await until(crashed_is_stale, "the crashed workflow's heartbeat to go stale", 60, [])
+    async def sweep_saw_live() -> list[str] | None:
+        lines = await flow_run_logs(client, sweep_run.id)
+        kept = f"kept: owned by the checkpoint of workflow {live.workflow_id}"
+        found = [line for line in lines if str(live.chat.id) in line and kept in line]
+        return found or None
 
-            # 5. The sweep, with short budgets.
-            sweep_run = await client.create_flow_run_from_deployment(
-                sweep.id,
-                parameters={
-                    "target_deployment": "durable-chat",
-                    "orphan_age_seconds": 0.0,
-                    "stuck_after_seconds": 3600.0,
-                    "stale_heartbeat_seconds": STALE_SECONDS,
-                    "tools": [CHARGE_CARD],
-                },
-            )
-            swept = await wait_state(client, sweep_run.id, [second, server])
-            assert swept.state is not None and swept.state.type == StateType.COMPLETED, swept.state
+    await until(sweep_saw_live, "the sweep's log of the live chat", 60, [second])
 
-            async def sweep_saw_live() -> list[str] | None:
-                lines = await flow_run_logs(client, sweep_run.id)
-                kept = f"kept: owned by the checkpoint of workflow {live_id}"
-                found = [line for line in lines if str(live_chat.id) in line and kept in line]
-                return found or None
+    async def relaunched() -> FlowRun | None:
+        runs = await relaunches(client, crashed.workflow_id)
+        return runs[0] if runs else None
 
-            await until(sweep_saw_live, "the sweep's log of the live chat", 60, [second])
+    relaunch = await until(relaunched, "the relaunch", 60, [second, scene.server])
+    assert relaunch.deployment_id == scene.durable.id
+    assert relaunch.parameters == crashed.params
+    return relaunch
 
-            async def relaunched() -> FlowRun | None:
-                runs = await relaunches(client, crashed_id)
-                return runs[0] if runs else None
 
-            relaunch = await until(relaunched, "the relaunch", 60, [second, server])
-            assert relaunch.deployment_id == durable.id
-            assert relaunch.parameters == crashed_params
+async def check_the_relaunch(
+    scene: Scene, crashed: Crashed, relaunch: FlowRun, second: Proc
+) -> None:
+    """6. The relaunch adopts the orphan, completes every step, archives the chat."""
+    client, sim, orphan, crashed_id = scene.client, scene.sim, crashed.orphan, crashed.workflow_id
+    done = await wait_state(client, relaunch.id, [second, scene.server])
+    assert done.state is not None and done.state.type == StateType.COMPLETED, done.state
+    assert [r.id for r in await relaunches(client, crashed_id)] == [relaunch.id]
+    assert chats_of(sim, crashed_id) == [orphan], "the relaunch adopted the orphan"
+    assert sim.chat(orphan.id).archived  # once, at the workflow's end
+    assert [a.archived for a in sim.records.archives if a.chat_id == orphan.id] == [True]
+    assert marker_counts(sim, orphan, crashed_id, 3) == [1, 1, 1]
+    record = await scene.workflow(crashed_id)
+    assert record is not None
+    assert record.state == WorkflowState.FINISHED and record.epoch == 2
+    assert record.chat_id == str(orphan.id)
+    assert record.flow_run_id == str(relaunch.id)
+    # The runs say what became of them: the relaunch is named by workflow and
+    # epoch, and the dead run it replaced is superseded, naming its successor.
+    assert done.name == run_name(crashed_id, 2)
+    dead = await client.read_flow_run(crashed.run.id)
+    assert dead.state is not None and dead.state.type == StateType.CANCELLED, dead.state
+    assert dead.state.name == "Superseded"
+    assert run_name(crashed_id, 2) in (dead.state.message or "")
+    assert any("superseded by run" in line for line in await flow_run_logs(client, dead.id))
+    await check_the_relaunch_charged_once(scene, crashed, relaunch)
 
-            # 6. The relaunch adopts the orphan, completes every step, archives the chat.
-            done = await wait_state(client, relaunch.id, [second, server])
-            assert done.state is not None and done.state.type == StateType.COMPLETED, done.state
-            assert [r.id for r in await relaunches(client, crashed_id)] == [relaunch.id]
-            assert await relaunches(client, live_id) == []
 
-            assert chats_of(sim, crashed_id) == [orphan], "the relaunch adopted the orphan"
-            assert sim.chat(orphan.id).archived  # once, at the workflow's end
-            assert [a.archived for a in sim.records.archives if a.chat_id == orphan.id] == [True]
-            assert marker_counts(sim, orphan, crashed_id, 3) == [1, 1, 1]
-            record = await workflow(crashed_id)
-            assert record is not None
-            assert record.state == WorkflowState.FINISHED and record.epoch == 2
-            assert record.chat_id == str(orphan.id)
-            assert record.flow_run_id == str(relaunch.id)
-            # The runs say what became of them: the relaunch is named by workflow and
-            # epoch, and the dead run it replaced is superseded, naming its successor.
-            assert done.name == run_name(crashed_id, 2)
-            dead = await client.read_flow_run(crashed_run.id)
-            assert dead.state is not None and dead.state.type == StateType.CANCELLED, dead.state
-            assert dead.state.name == "Superseded"
-            assert run_name(crashed_id, 2) in (dead.state.message or "")
-            assert any("superseded by run" in line for line in await flow_run_logs(client, dead.id))
+async def check_the_relaunch_charged_once(
+    scene: Scene, crashed: Crashed, relaunch: FlowRun
+) -> None:
+    """Every tool effect once: one charge, under the orphan's ledger key; and the steps
+    the relaunched run returned, each once, in order."""
+    client, sim, payments, orphan = scene.client, scene.sim, scene.payments, crashed.orphan
+    [key] = payments.applied
+    assert payments.applied[key] == 1
+    [result] = [r for r in sim.records.tool_results if r.chat_id == orphan.id]
+    assert not result.synthetic and not result.is_error
+    assert key == ledger_key(scene.tenant, str(orphan.id), result.tool_call_id)
+    assert payments.receipts[key] in str(result.output)
+    verdicts = await transcript_verdicts(client, crashed.workflow_id)
+    assert verdicts == [("1", "recovered"), ("2", "ran"), ("3", "ran")]
+    # ... and the step results it returned, as persisted by Prefect (the step
+    # cache): each once, and each what the server committed for its step.
+    steps = await turn_results(client, relaunch.id)
+    assert all(isinstance(s, StepResult) for s in steps), steps
+    assert [(s.step, s.verdict, s.chat_id) for s in steps] == [
+        (1, "recovered", str(orphan.id)),
+        (2, "ran", str(orphan.id)),
+        (3, "ran", str(orphan.id)),
+    ]
+    assert [s.text for s in steps] == committed_answers(sim, orphan, crashed.workflow_id, 3)
+    assert payments.receipts[key] in steps[0].text
 
-            # Every tool effect once: one charge, under the orphan's ledger key.
-            [key] = payments.applied
-            assert payments.applied[key] == 1
-            [result] = [r for r in sim.records.tool_results if r.chat_id == orphan.id]
-            assert not result.synthetic and not result.is_error
-            assert key == ledger_key(tenant, str(orphan.id), result.tool_call_id)
-            assert payments.receipts[key] in str(result.output)
 
-            # The steps the relaunched run returned: each once, in order.
-            verdicts = await transcript_verdicts(client, crashed_id)
-            assert verdicts == [("1", "recovered"), ("2", "ran"), ("3", "ran")]
-            # ... and the step results it returned, as persisted by Prefect (the step
-            # cache): each once, and each what the server committed for its step.
-            steps = await turn_results(client, relaunch.id)
-            assert all(isinstance(s, StepResult) for s in steps), steps
-            assert [(s.step, s.verdict, s.chat_id) for s in steps] == [
-                (1, "recovered", str(orphan.id)),
-                (2, "ran", str(orphan.id)),
-                (3, "ran", str(orphan.id)),
-            ]
-            assert [s.text for s in steps] == committed_answers(sim, orphan, crashed_id, 3)
-            assert payments.receipts[key] in steps[0].text
-
-            # 7. The live workflow was left alone: it finishes its own turn.
-            live_done = await wait_state(client, live_run.id, [second, server])
-            assert live_done.state is not None
-            assert live_done.state.type == StateType.COMPLETED, live_done.state
-            assert [i for i in sim.records.interrupts if i.chat_id == live_chat.id] == []
-            assert [a for a in sim.records.archives if a.chat_id == live_chat.id] == []
-            assert not live_chat.archived
-            assert chats_of(sim, live_id) == [live_chat]
-            assert marker_counts(sim, live_chat, live_id, 2) == [1, 1]
-            live_record = await workflow(live_id)
-            assert live_record is not None
-            assert live_record.state == WorkflowState.FINISHED and live_record.epoch == 1
-            assert live_record.flow_run_id == str(live_run.id)
-            assert list(payments.applied.values()) == [1]
+async def check_the_live_workflow(scene: Scene, live: Live, second: Proc) -> None:
+    """7. The live workflow was left alone: it finishes its own turn."""
+    client, sim, chat = scene.client, scene.sim, live.chat
+    assert await relaunches(client, live.workflow_id) == []
+    done = await wait_state(client, live.run.id, [second, scene.server])
+    assert done.state is not None
+    assert done.state.type == StateType.COMPLETED, done.state
+    assert [i for i in sim.records.interrupts if i.chat_id == chat.id] == []
+    assert [a for a in sim.records.archives if a.chat_id == chat.id] == []
+    assert not chat.archived
+    assert chats_of(sim, live.workflow_id) == [chat]
+    assert marker_counts(sim, chat, live.workflow_id, 2) == [1, 1]
+    record = await scene.workflow(live.workflow_id)
+    assert record is not None
+    assert record.state == WorkflowState.FINISHED and record.epoch == 1
+    assert record.flow_run_id == str(live.run.id)
+    assert list(scene.payments.applied.values()) == [1]
 
 
 async def turn_results(client: PrefectClient, run_id: uuid.UUID) -> list[Any]:

@@ -26,7 +26,7 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import StateType
 
 from coder_chat.durable.records import WorkflowState
-from tests.integration.procs import managed_processes, until
+from tests.integration.procs import NEEDS_PROC, managed_processes, until
 from tests.integration.recovery_stack import (
     new_workflow_id,
     recovery_stack,
@@ -38,12 +38,7 @@ from tests.integration.recovery_stack import (
 TIMEOUT = 180.0
 CRASH_TRIGGER = "orphan-sweep on a crash or a cancel"
 
-pytestmark = [
-    pytest.mark.timeout(600),
-    pytest.mark.skipif(
-        not Path("/proc/self/stat").exists(), reason="finds a worker's process tree in /proc"
-    ),
-]
+pytestmark = [pytest.mark.timeout(600), NEEDS_PROC]
 
 
 async def test_a_killed_flow_run_is_relaunched_by_its_crash_event(tmp_path: Path) -> None:

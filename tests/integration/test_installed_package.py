@@ -38,8 +38,8 @@ from tests.integration.procs import (
     managed_processes,
     wait_for_line,
 )
+from tests.integration.stack import ROOT, start_simulator
 
-ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT = 240.0
 STEP_TIMEOUT = 600.0
 
@@ -128,7 +128,8 @@ async def test_the_wheel_serves_a_project_with_its_own_flows_tasks_and_blocks(
         await scenario(procs, tmp_path)
 
 
-async def scenario(procs: Processes, tmp: Path) -> None:
+async def install_the_wheel(procs: Processes, tmp: Path) -> Path:
+    """The project's wheel, built and installed into a fresh virtualenv (returned)."""
     dist, venv = tmp / "dist", tmp / "venv"
     base = {**clean_env(), "PYTHONUNBUFFERED": "1"}
     uv = str(Path(sys.prefix) / "bin" / "uv")
@@ -144,6 +145,11 @@ async def scenario(procs: Processes, tmp: Path) -> None:
         "-c", str(ROOT / "constraints.txt"), str(wheel),
         env=base, cwd=tmp, timeout=STEP_TIMEOUT,
     )  # fmt: skip
+    return venv
+
+
+async def scenario(procs: Processes, tmp: Path) -> None:
+    venv = await install_the_wheel(procs, tmp)
     project = write_project(tmp)
     port = free_port()
     env = fresh_env(tmp, venv, port)
@@ -161,15 +167,8 @@ async def scenario(procs: Processes, tmp: Path) -> None:
         )
 
     server = await procs.start("server", "prefect", "server", "start", env=env, cwd=project)
-    simulator = await procs.start(
-        "simulator", "prefect-coder", "simulator", "--port", "0", env=env, cwd=project
-    )
-    await wait_for_line(simulator, "^export CODER_ORG_ID=", STARTUP_TIMEOUT)
-    coder = dict(
-        shlex.split(line)[1].split("=", 1)
-        for line in simulator.output().splitlines()
-        if line.startswith("export CODER_")
-    )
+    # The installed package's simulator, found on the fresh environment's PATH.
+    simulator, coder = await start_simulator(procs, env, project, STARTUP_TIMEOUT, "prefect-coder")
     watch = [server, simulator]
     await sh("server-ready", "prefect server status --wait --timeout 240", watch)
     await sh(

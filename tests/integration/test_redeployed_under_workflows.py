@@ -25,7 +25,6 @@ import json
 import os
 import signal
 import sqlite3
-import sys
 import textwrap
 import uuid
 from collections.abc import AsyncIterator
@@ -35,7 +34,6 @@ from typing import Any
 
 import pytest
 from prefect.client.orchestration import PrefectClient, get_client
-from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.client.schemas.filters import (
     FlowRunFilter,
     FlowRunFilterTags,
@@ -44,7 +42,6 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.settings import PREFECT_API_URL, temporary_settings
-from prefect.workers.process import ProcessWorker
 
 from coder_chat.durable.markers import LABEL_WORKFLOW, step_marker
 from coder_chat.durable.records import WorkflowRecord, WorkflowState
@@ -52,26 +49,18 @@ from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
 from coder_chat.simulator.faults import HeldRequest
 from prefect_coder.tasks.runs import REFUSED
-from tests.integration.procs import (
-    Proc,
-    Processes,
-    clean_env,
-    free_port,
-    http_ok,
-    managed_processes,
-    processes,
-    until,
+from tests.integration.procs import NEEDS_PROC, Proc, Processes, managed_processes, processes, until
+from tests.integration.stack import (
+    PREFECT,
+    create_process_pool,
+    home_env,
+    start_server,
+    start_worker,
 )
 from tests.pgcluster import PgCluster
 
-pytestmark = [
-    pytest.mark.timeout(600),
-    pytest.mark.skipif(
-        not Path("/proc/self/stat").exists(), reason="finds the flow run's process in /proc"
-    ),
-]
+pytestmark = [pytest.mark.timeout(600), NEEDS_PROC]
 
-PREFECT = str(Path(sys.executable).parent / "prefect")
 POOL = "reviews"
 FLOW = "code-review"
 DEPLOYMENT = "code-review"
@@ -324,40 +313,11 @@ def rows(db: Path, workflow_id: str) -> list[tuple[Any, ...]]:
 async def real_stack(procs: Processes, tmp: Path, sim: Simulator) -> AsyncIterator[Stack]:
     """A Prefect server, the team's pool and v1 deployed, and one process worker."""
     with PgCluster() as pg:
-        base = {
-            **clean_env(),
-            "HOME": str(tmp / "home"),
-            "PREFECT_HOME": str(tmp / "home" / ".prefect"),
-            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-            "DO_NOT_TRACK": "1",
-            "PYTHONUNBUFFERED": "1",
-        }
-        port = free_port()
-        api = f"http://127.0.0.1:{port}/api"
-        server = await procs.start(
-            "server",
-            PREFECT,
-            "server",
-            "start",
-            "--no-ui",
-            "--no-scheduler",  # every run here is one the test or the sweep made
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            env={
-                **base,
-                "PREFECT_API_DATABASE_CONNECTION_URL": pg.dsn.replace(
-                    "postgresql://", "postgresql+asyncpg://", 1
-                ),
-            },
-            cwd=tmp,
-        )
-
-        async def healthy() -> bool:
-            return await http_ok(f"{api}/health")
-
-        await until(healthy, "the server's /api/health", TIMEOUT, [server], 0.5)
+        base = home_env(tmp)
+        # No scheduler: every run here is one the test or the sweep made.
+        server = await start_server(procs, tmp, base, pg.dsn)
+        await server.healthy(TIMEOUT)
+        api = server.api
         cli = {**base, "PREFECT_API_URL": api}
         db = tmp / "ledger.sqlite3"
         worker_env = {
@@ -366,25 +326,14 @@ async def real_stack(procs: Processes, tmp: Path, sim: Simulator) -> AsyncIterat
             "PREFECT_CODER_SQLITE_PATH": str(db),
             "PREFECT_WORKER_QUERY_SECONDS": "1",
         }
-        team = Team(procs, tmp / "team", cli, server)
+        team = Team(procs, tmp / "team", cli, server.proc)
         with temporary_settings(updates={PREFECT_API_URL: api}):
             async with get_client() as client:
-                await client.create_work_pool(
-                    WorkPoolCreate(
-                        name=POOL,
-                        type="process",
-                        base_job_template=ProcessWorker.get_default_base_job_template(),
-                    )
-                )
-                worker = await procs.start(
-                    "worker",
-                    *(PREFECT, "--no-prompt", "worker", "start", "--pool", POOL, "--name", "w1"),
-                    env=worker_env,
-                    cwd=tmp,
-                )
+                await create_process_pool(client, POOL)
+                worker = await start_worker(procs, worker_env, tmp, "w1", pool=POOL)
                 await team.deploy("v1")
                 tenant = str(sim.organization_id)
-                yield Stack(procs, client, server, worker, sim, db, tenant, team)
+                yield Stack(procs, client, server.proc, worker, sim, db, tenant, team)
 
 
 async def test_redeployed_code_under_running_workflows(sim: Simulator, tmp_path: Path) -> None:

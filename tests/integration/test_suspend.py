@@ -24,7 +24,7 @@ from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
 from prefect_coder.payments import Ledger, serve_payments
-from tests.flows.support import script_refund, user_prompts
+from tests.flows.support import script_refund, sent
 from tests.integration.procs import Processes, clean_env, managed_processes, until, wait_for_line
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -62,8 +62,8 @@ async def test_a_suspended_run_resumes_in_another_process_at_its_next_step(
         run = await launch(suspend=True)
         suspended = await state_of(run.id, StateType.PAUSED, procs)
         assert suspended.state is not None and suspended.state.name == "Suspended"
-        assert user_prompts(sim, "[refund-11/step-1]") == 1
-        assert user_prompts(sim, "[refund-11/step-2]") == 0 and not ledger.applied
+        assert sent(sim, "[refund-11/step-1]") == 1
+        assert sent(sim, "[refund-11/step-2]") == 0 and not ledger.applied
         await aresume_flow_run(run.id, run_input={"approved": True})
         done = await state_of(run.id, StateType.COMPLETED, procs)
         # The resumed run's own lines, as its process printed them (the runner streams
@@ -71,8 +71,8 @@ async def test_a_suspended_run_resumes_in_another_process_at_its_next_step(
         await wait_for_line(runner, r"Workflow refund-11 is finished", 120)
         printed = runner.output()
     assert done.name == "refund-11 · epoch 2"  # begun again, by the resumed run's process
-    assert user_prompts(sim, "[refund-11/step-1]") == 1  # replayed from the store, not sent
-    assert user_prompts(sim, "[refund-11/step-2]") == 1
+    assert sent(sim, "[refund-11/step-1]") == 1  # replayed from the store, not sent
+    assert sent(sim, "[refund-11/step-2]") == 1
     assert list(ledger.applied.values()) == [1]
     # A stored step says so in the flow's own line; a step that ran says it on its
     # task run's Completed state.

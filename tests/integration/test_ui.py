@@ -24,45 +24,32 @@ aborts any other request.
 from __future__ import annotations
 
 import re
-import shlex
 import uuid
 from pathlib import Path
 
 import pytest
 from playwright.async_api import Locator, Page, expect
-from prefect.client.orchestration import PrefectClient, get_client
-from prefect.client.schemas.actions import WorkPoolCreate
+from prefect.client.orchestration import PrefectClient
 from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
 from prefect.client.schemas.objects import FlowRun, StateType
-from prefect.settings import PREFECT_API_URL, temporary_settings
-from prefect.workers.process import ProcessWorker
 
-from prefect_coder.blocks import CoderCredentials
 from prefect_coder.tasks.runs import run_name, slug
-from tests.integration.browser import chromium, clear_screenshots, require_chromium, screenshot
-from tests.integration.procs import (
-    Proc,
-    Processes,
-    clean_env,
-    free_port,
-    http_ok,
-    managed_processes,
-    until,
-    wait_for_line,
+from tests.integration.browser import (
+    clear_screenshots,
+    open_page,
+    require_chromium,
+    screenshot,
 )
+from tests.integration.procs import NEEDS_PROC, Proc, Processes, managed_processes, until
+from tests.integration.ui_stack import ui_stack
 from tests.pgcluster import PgCluster
 
-from .ui_support import BIN, POOL, ROOT, STARTUP_TIMEOUT, UI_TIMEOUT_MS, Clock, loopback_only
+from .ui_support import UI_TIMEOUT_MS, Clock
 
 BLOCK = "ui-simulator"
 PROMPTS = ["Say hello", "Say goodbye"]
 
-pytestmark = [
-    pytest.mark.timeout(480),
-    pytest.mark.skipif(
-        not Path("/proc/self/stat").exists(), reason="finds a worker's process tree in /proc"
-    ),
-]
+pytestmark = [pytest.mark.timeout(480), NEEDS_PROC]
 
 
 async def test_launch_durable_chat_from_the_ui_and_read_the_run(tmp_path: Path) -> None:
@@ -77,109 +64,13 @@ async def test_launch_durable_chat_from_the_ui_and_read_the_run(tmp_path: Path) 
 
 
 async def scenario(procs: Processes, tmp: Path, browser_path: Path, database: str) -> None:
-    clock = Clock()
-    port = free_port()
-    ui = f"http://127.0.0.1:{port}"
-    (tmp / "home").mkdir()
-    api = f"{ui}/api"
-    base_env = {
-        **clean_env(),
-        "HOME": str(tmp / "home"),
-        "PREFECT_HOME": str(tmp / "home" / ".prefect"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "DO_NOT_TRACK": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    # The server, with its UI (no scheduler: only the run the browser starts happens),
-    # and the simulator start together.
-    server = await procs.start(
-        "server",
-        str(BIN / "prefect"),
-        "server",
-        "start",
-        "--no-scheduler",
-        # Not --port: the UI finds the API through the setting (with --port alone it
-        # would look for it on 4200).
-        env={
-            **base_env,
-            "PREFECT_SERVER_API_HOST": "127.0.0.1",
-            "PREFECT_SERVER_API_PORT": str(port),
-            "PREFECT_API_DATABASE_CONNECTION_URL": database.replace(
-                "postgresql://", "postgresql+asyncpg://", 1
-            ),
-        },
-        cwd=tmp,
-    )
-    simulator = await procs.start(
-        "simulator", str(BIN / "prefect-coder"), "simulator", "--port", "0", env=base_env, cwd=tmp
-    )
-    # Chromium starts while the server does.
-    async with chromium(browser_path) as browser:
-        await wait_for_line(simulator, r"^export CODER_ORG_ID=", STARTUP_TIMEOUT)
-        coder = dict(
-            shlex.split(line)[1].split("=", 1)
-            for line in simulator.output().splitlines()
-            if line.startswith("export ")
-        )
-
-        async def healthy() -> bool:
-            return await http_ok(f"{api}/health")
-
-        await until(healthy, "the server's /api/health", STARTUP_TIMEOUT, [server], interval=0.5)
-        clock.mark("server up")
-
-        cli_env = {**base_env, "PREFECT_API_URL": api}
-        with temporary_settings(updates={PREFECT_API_URL: api}):
-            async with get_client() as client:
-                # The pool, as `prefect work-pool create --type process` makes it, and the
-                # block, as a user saves one; then the deployments from the YAML and the
-                # worker, side by side. The worker has no CODER_* settings: the block
-                # picked in the form is all it has.
-                await client.create_work_pool(
-                    WorkPoolCreate(
-                        name=POOL,
-                        type="process",
-                        base_job_template=ProcessWorker.get_default_base_job_template(),
-                    )
-                )
-                credentials = CoderCredentials(
-                    base_url=coder["CODER_URL"],
-                    token=coder["CODER_SESSION_TOKEN"],
-                    organization_id=coder["CODER_ORG_ID"],
-                )
-                await credentials.asave(BLOCK, overwrite=True, client=client)
-                worker = await procs.start(
-                    "worker",
-                    str(BIN / "prefect"),
-                    "--no-prompt",
-                    "worker",
-                    "start",
-                    "--pool",
-                    POOL,
-                    env={**cli_env, "PREFECT_WORKER_QUERY_SECONDS": "1"},
-                    cwd=tmp,
-                )
-                await procs.run(
-                    "deploy",
-                    str(BIN / "prefect"),
-                    "--no-prompt",
-                    "deploy",
-                    "--all",
-                    "--prefect-file",
-                    "deployments/prefect.yaml",
-                    env=cli_env,
-                    cwd=ROOT,
-                    watch=[server, worker],
-                )
-                clock.mark("deployed")
-                page = await browser.new_page(viewport={"width": 1400, "height": 2000})
-                page.set_default_timeout(UI_TIMEOUT_MS)
-                await page.route("**/*", loopback_only)
-                try:
-                    await drive(page, client, ui, [server, worker, simulator], clock)
-                except BaseException:
-                    await screenshot(page, "ui-failure")
-                    raise
+    async with ui_stack(procs, tmp, browser_path, database, BLOCK, {}) as stack:
+        page = await open_page(stack.browser, height=2000, timeout_ms=UI_TIMEOUT_MS)
+        try:
+            await drive(page, stack.client, stack.server.url, stack.watch, stack.clock)
+        except BaseException:
+            await screenshot(page, "ui-failure")
+            raise
 
 
 def form_property(page: Page, label: str) -> Locator:
@@ -195,9 +86,19 @@ async def drive(
 ) -> None:
     deployment = await client.read_deployment_by_name("durable-chat/durable-chat")
     workflow_id = f"ui-{uuid.uuid4().hex[:8]}"
+    await fill_the_form(page, f"{ui}/deployments/deployment/{deployment.id}/run", workflow_id)
+    clock.mark("form filled")
+    run = await submit_the_form(page, client, workflow_id, watch)
+    clock.mark("run completed")
+    await read_the_run(page, ui, run, workflow_id)
+    clock.mark("run page checked")
+    await launch_many(page, client, ui, watch, clock)
+    await read_the_block(page, client, ui)
 
-    # 1. The custom run form: workflow_id, one prompt per step, the saved credentials.
-    await page.goto(f"{ui}/deployments/deployment/{deployment.id}/run", timeout=UI_TIMEOUT_MS)
+
+async def fill_the_form(page: Page, form: str, workflow_id: str) -> None:
+    """1. The custom run form: workflow_id, one prompt per step, the saved credentials."""
+    await page.goto(form, timeout=UI_TIMEOUT_MS)
     await form_property(page, "workflow_id").locator("textarea").fill(workflow_id)
     prompts = form_property(page, "prompts")
     for count, prompt in enumerate(PROMPTS, start=1):
@@ -213,9 +114,12 @@ async def drive(
     await page.get_by_role("option", name=BLOCK).click(timeout=UI_TIMEOUT_MS)
     await expect(credentials.locator(".p-select-button__value")).to_have_text(BLOCK)
     await screenshot(page, "ui-run-form")
-    clock.mark("form filled")
 
-    # 2. Launch it; the form's own validation must pass, and the run is created.
+
+async def submit_the_form(
+    page: Page, client: PrefectClient, workflow_id: str, watch: list[Proc]
+) -> FlowRun:
+    """2. Launch it; the form's own validation must pass, the run is created and completes."""
     await page.get_by_role("button", name="Submit").click()
 
     async def created() -> FlowRun | None:
@@ -242,9 +146,11 @@ async def drive(
     finished = await until(ended, "the run to end", 180, watch, interval=0.5)
     assert finished.state is not None
     assert finished.state.type == StateType.COMPLETED, finished.state
-    clock.mark("run completed")
+    return run
 
-    # 3. The run's page: its name, Completed, each step's verdict in the logs.
+
+async def read_the_run(page: Page, ui: str, run: FlowRun, workflow_id: str) -> None:
+    """3. The run's page: its name, Completed, each step's verdict in the logs."""
     await page.goto(f"{ui}/runs/flow-run/{run.id}", timeout=UI_TIMEOUT_MS)
     name = run_name(workflow_id, 1)
     await expect(page.get_by_text(name, exact=True).first).to_be_visible(timeout=UI_TIMEOUT_MS)
@@ -261,9 +167,6 @@ async def drive(
     done = f"step {len(PROMPTS)} of {len(PROMPTS)} done"
     await expect(page.get_by_text(done).first).to_be_visible(timeout=UI_TIMEOUT_MS)
     await screenshot(page, "ui-run-artifacts")
-    clock.mark("run page checked")
-    await launch_many(page, client, ui, watch, clock)
-    await read_the_block(page, client, ui)
 
 
 async def launch_many(

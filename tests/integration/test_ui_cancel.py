@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +33,7 @@ from typing import Any
 
 import pytest
 from playwright.async_api import Page, expect
-from prefect.client.orchestration import PrefectClient, get_client
-from prefect.client.schemas.actions import WorkPoolCreate
+from prefect.client.orchestration import PrefectClient
 from prefect.client.schemas.filters import (
     ArtifactFilter,
     ArtifactFilterFlowRunId,
@@ -45,34 +43,24 @@ from prefect.client.schemas.filters import (
     LogFilterFlowRunId,
 )
 from prefect.client.schemas.objects import Artifact, FlowRun, StateType
-from prefect.settings import PREFECT_API_URL, temporary_settings
-from prefect.workers.process import ProcessWorker
 
 from coder_chat.durable.markers import step_marker
 from coder_chat.durable.records import WorkflowRecord, WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
-from prefect_coder.blocks import CoderCredentials
 from prefect_coder.tasks.runs import run_name
 from tests.fleet.truth import ChatTruth, Truth, read_truth
-from tests.integration.browser import chromium, clear_screenshots, require_chromium, screenshot
-from tests.integration.procs import (
-    Proc,
-    Processes,
-    clean_env,
-    free_port,
-    http_ok,
-    managed_processes,
-    until,
-    wait_for_line,
+from tests.integration.browser import (
+    clear_screenshots,
+    open_page,
+    require_chromium,
+    screenshot,
 )
+from tests.integration.procs import NEEDS_PROC, Proc, Processes, managed_processes, until
+from tests.integration.ui_stack import ui_stack
 from tests.integration.ui_support import (
-    BIN,
-    POOL,
-    ROOT,
     STARTUP_TIMEOUT,
     UI_TIMEOUT_MS,
     Clock,
-    loopback_only,
 )
 from tests.pgcluster import PgCluster
 
@@ -82,12 +70,7 @@ FIRST = "Read it all /sleep 120"
 SECOND = "Now write the report"
 SWEEP_TIMEOUT = 180.0
 
-pytestmark = [
-    pytest.mark.timeout(480),
-    pytest.mark.skipif(
-        not Path("/proc/self/stat").exists(), reason="finds a worker's process tree in /proc"
-    ),
-]
+pytestmark = [pytest.mark.timeout(480), NEEDS_PROC]
 
 
 async def test_cancel_a_running_workflow_from_the_ui(tmp_path: Path) -> None:
@@ -100,117 +83,21 @@ async def test_cancel_a_running_workflow_from_the_ui(tmp_path: Path) -> None:
 
 
 async def scenario(procs: Processes, tmp: Path, browser_path: Path, database: str) -> None:
-    clock = Clock()
-    port = free_port()
-    ui = f"http://127.0.0.1:{port}"
-    api = f"{ui}/api"
-    (tmp / "home").mkdir()
+    # The worker's flow runs (durable-chat's and the sweep's) share the embedded store:
+    # this file, which the test reads afterwards.
     ledger = tmp / "ledger.sqlite3"
-    base_env = {
-        **clean_env(),
-        "HOME": str(tmp / "home"),
-        "PREFECT_HOME": str(tmp / "home" / ".prefect"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "DO_NOT_TRACK": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    # No scheduler: only the runs this test makes happen (the sweep's too).
-    server = await procs.start(
-        "server",
-        str(BIN / "prefect"),
-        "server",
-        "start",
-        "--no-scheduler",
-        env={
-            **base_env,
-            "PREFECT_SERVER_API_HOST": "127.0.0.1",
-            "PREFECT_SERVER_API_PORT": str(port),
-            "PREFECT_API_DATABASE_CONNECTION_URL": database.replace(
-                "postgresql://", "postgresql+asyncpg://", 1
-            ),
-        },
-        cwd=tmp,
-    )
-    simulator = await procs.start(
-        "simulator", str(BIN / "prefect-coder"), "simulator", "--port", "0", env=base_env, cwd=tmp
-    )
-    async with chromium(browser_path) as browser:
-        await wait_for_line(simulator, r"^export CODER_ORG_ID=", STARTUP_TIMEOUT)
-        coder = dict(
-            shlex.split(line)[1].split("=", 1)
-            for line in simulator.output().splitlines()
-            if line.startswith("export ")
-        )
-
-        async def healthy() -> bool:
-            return await http_ok(f"{api}/health")
-
-        await until(healthy, "the server's /api/health", STARTUP_TIMEOUT, [server], interval=0.5)
-        clock.mark("server up")
-        cli_env = {**base_env, "PREFECT_API_URL": api}
-        with temporary_settings(updates={PREFECT_API_URL: api}):
-            async with get_client() as client:
-                await client.create_work_pool(
-                    WorkPoolCreate(
-                        name=POOL,
-                        type="process",
-                        base_job_template=ProcessWorker.get_default_base_job_template(),
-                    )
-                )
-                credentials = CoderCredentials(
-                    base_url=coder["CODER_URL"],
-                    token=coder["CODER_SESSION_TOKEN"],
-                    organization_id=coder["CODER_ORG_ID"],
-                )
-                block_id = await credentials.asave(BLOCK, overwrite=True, client=client)
-                # The worker's flow runs (durable-chat's and the sweep's) share the
-                # embedded store: this file, which the test reads afterwards.
-                worker = await procs.start(
-                    "worker",
-                    str(BIN / "prefect"),
-                    "--no-prompt",
-                    "worker",
-                    "start",
-                    "--pool",
-                    POOL,
-                    env={
-                        **cli_env,
-                        "PREFECT_WORKER_QUERY_SECONDS": "1",
-                        "PREFECT_CODER_SQLITE_PATH": str(ledger),
-                    },
-                    cwd=tmp,
-                )
-                await procs.run(
-                    "deploy",
-                    str(BIN / "prefect"),
-                    "--no-prompt",
-                    "deploy",
-                    "--all",
-                    "--prefect-file",
-                    "deployments/prefect.yaml",
-                    env=cli_env,
-                    cwd=ROOT,
-                    watch=[server, worker],
-                )
-                clock.mark("deployed")
-                page = await browser.new_page(viewport={"width": 1400, "height": 1600})
-                page.set_default_timeout(UI_TIMEOUT_MS)
-                await page.route("**/*", loopback_only)
-                stack = Stack(
-                    client=client,
-                    page=page,
-                    ui=ui,
-                    coder=coder,
-                    ledger=ledger,
-                    credentials={"$ref": {"block_document_id": str(block_id)}},
-                    watch=[server, worker, simulator],
-                    clock=clock,
-                )
-                try:
-                    await drive(stack)
-                except BaseException:
-                    await screenshot(page, "cancel-failure")
-                    raise
+    settings = {"PREFECT_CODER_SQLITE_PATH": str(ledger)}
+    async with ui_stack(procs, tmp, browser_path, database, BLOCK, settings) as deployed:
+        page = await open_page(deployed.browser, height=1600, timeout_ms=UI_TIMEOUT_MS)
+        credentials = {"$ref": {"block_document_id": str(deployed.block_id)}}
+        client, ui, coder = deployed.client, deployed.server.url, deployed.coder
+        watch, clock = deployed.watch, deployed.clock
+        stack = Stack(client, page, ui, coder, ledger, credentials, watch, clock)
+        try:
+            await drive(stack)
+        except BaseException:
+            await screenshot(page, "cancel-failure")
+            raise
 
 
 @dataclass
@@ -264,11 +151,18 @@ def sent(chats: list[ChatTruth], marker: str) -> int:
 
 
 async def drive(stack: Stack) -> None:
-    client, page, ui = stack.client, stack.page, stack.ui
-    deployment = await client.read_deployment_by_name("durable-chat/durable-chat")
     workflow_id = f"ui-cancel-{uuid.uuid4().hex[:8]}"
+    launched, chat = await launch_a_long_turn(stack, workflow_id)
+    await cancel_in_the_ui(stack, launched, workflow_id)
+    await sweep_the_cancel(stack, launched, chat, workflow_id)
+    await sweep_again_changes_nothing(stack, launched, workflow_id)
 
-    # 1. The launch (through the API): step 1 takes minutes on the simulator.
+
+async def launch_a_long_turn(stack: Stack, workflow_id: str) -> tuple[FlowRun, ChatTruth]:
+    """1. The launch (through the API): step 1 takes minutes on the simulator; then
+    2. its chat is running step 1, and the run is Running."""
+    client = stack.client
+    deployment = await client.read_deployment_by_name("durable-chat/durable-chat")
     launched = await client.create_flow_run_from_deployment(
         deployment.id,
         parameters={
@@ -278,7 +172,6 @@ async def drive(stack: Stack) -> None:
         },
     )
 
-    # 2. Its chat is running step 1, and the run is Running.
     async def mid_turn() -> ChatTruth | None:
         run = await client.read_flow_run(launched.id)
         assert run.state is None or not run.state.is_final(), run.state
@@ -292,8 +185,13 @@ async def drive(stack: Stack) -> None:
 
     chat = await until(mid_turn, "step 1 to be running", STARTUP_TIMEOUT, stack.watch)
     stack.clock.mark("step 1 running")
+    return launched, chat
 
-    # 3. The person's cancel, on the run's page: "Cancel", then "Confirm" in the modal.
+
+async def cancel_in_the_ui(stack: Stack, launched: FlowRun, workflow_id: str) -> None:
+    """3. The person's cancel, on the run's page: "Cancel", then "Confirm" in the modal;
+    4. the worker stops the run's process (SIGTERM, then SIGKILL); the run ends Cancelled."""
+    page, ui = stack.page, stack.ui
     await page.goto(f"{ui}/runs/flow-run/{launched.id}", timeout=UI_TIMEOUT_MS)
     name = run_name(workflow_id, 1)
     await expect(page.get_by_text(name, exact=True).first).to_be_visible(timeout=UI_TIMEOUT_MS)
@@ -307,8 +205,6 @@ async def drive(stack: Stack) -> None:
     await screenshot(page, "cancel-2-confirm")
     await modal.get_by_role("button", name="Confirm").click()
     await expect(modal).to_be_hidden()
-
-    # 4. The worker stops the run's process (SIGTERM, then SIGKILL); the run ends Cancelled.
     cancelled = await stack.ended(launched.id, "the run to end Cancelled", 120)
     assert cancelled.state is not None and cancelled.state.type == StateType.CANCELLED, (
         cancelled.state
@@ -326,15 +222,18 @@ async def drive(stack: Stack) -> None:
     assert record is not None and record.state == WorkflowState.RUNNING, record
     assert record.flow_run_id == str(launched.id)
 
-    # 5. The shipped sweep, as its schedule runs it: ends the workflow, relaunches nothing.
+
+async def sweep_the_cancel(
+    stack: Stack, launched: FlowRun, chat: ChatTruth, workflow_id: str
+) -> None:
+    """5. The shipped sweep, as its schedule runs it: ends the workflow, relaunches nothing;
+    6. what a person finds: the workflow ended for good, its chat archived, step 2 never
+    sent, no other run of durable-chat, and the cancelled run's log saying why."""
     first = await sweep(stack)
     assert first["end"] == [workflow_id], first
     assert first["relaunch"] == [], first
     assert first["summary"].endswith("0 stranded workflow(s), 1 cancelled by a person."), first
     stack.clock.mark("swept")
-
-    # 6. What a person finds: the workflow ended for good, its chat archived, step 2 never
-    # sent, no other run of durable-chat, and the cancelled run's log saying why.
     record = await stack.workflow(workflow_id)
     assert record is not None and record.state == WorkflowState.CANCELLED, record
     truth = await stack.truth()
@@ -353,7 +252,12 @@ async def drive(stack: Stack) -> None:
     said = await until(noted, "the note on the cancelled run", 60, stack.watch)
     assert said and said[0].startswith(f"Workflow {workflow_id} is cancelled: "), said
     assert "archived" in said[0], said
+    await read_the_note(stack, first["run"], workflow_id)
 
+
+async def read_the_note(stack: Stack, sweep_run: str, workflow_id: str) -> None:
+    """The note on the cancelled run's page and the sweep's own run, under Artifacts."""
+    page = stack.page
     await page.reload()
     note = page.get_by_text(f"Workflow {workflow_id} is cancelled:")
     await expect(note.first).to_be_visible(timeout=UI_TIMEOUT_MS)
@@ -361,7 +265,7 @@ async def drive(stack: Stack) -> None:
     await screenshot(page, "cancel-4-log")
 
     # ... and the sweep's own run, under Artifacts: the workflow it ended, and why.
-    await page.goto(f"{ui}/runs/flow-run/{first['run']}", timeout=UI_TIMEOUT_MS)
+    await page.goto(f"{stack.ui}/runs/flow-run/{sweep_run}", timeout=UI_TIMEOUT_MS)
     await page.locator("li.p-tab", has_text="Artifacts").click()
     await page.get_by_role("link", name=re.compile(r"^table orphan-sweep-durable-chat")).click()
     await expect(page.get_by_text("cancelled by a person").first).to_be_visible(
@@ -369,7 +273,9 @@ async def drive(stack: Stack) -> None:
     )
     await screenshot(page, "cancel-5-sweep")
 
-    # 7. However often the sweep comes round, nothing changes.
+
+async def sweep_again_changes_nothing(stack: Stack, launched: FlowRun, workflow_id: str) -> None:
+    """7. However often the sweep comes round, nothing changes."""
     again = await sweep(stack)
     assert again["end"] == [] and again["relaunch"] == [], again
     assert again["summary"].endswith("0 stranded workflow(s)."), again

@@ -23,7 +23,6 @@ Screenshots (test-output/story-*.png) of each page, for a person to look at.
 from __future__ import annotations
 
 import json
-import shlex
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -39,18 +38,23 @@ from prefect.flow_runs import aresume_flow_run
 from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from prefect_coder.payments import Ledger, serve_payments
-from tests.integration.browser import chromium, clear_screenshots, require_chromium, screenshot
+from tests.integration.browser import (
+    chromium,
+    clear_screenshots,
+    open_page,
+    require_chromium,
+    screenshot,
+)
 from tests.integration.procs import (
+    NEEDS_PROC,
     Proc,
     Processes,
-    clean_env,
-    free_port,
-    http_ok,
     managed_processes,
     until,
     wait_for_line,
 )
-from tests.integration.ui_support import BIN, ROOT, STARTUP_TIMEOUT, UI_TIMEOUT_MS, loopback_only
+from tests.integration.stack import home_env, start_server, start_simulator
+from tests.integration.ui_support import ROOT, STARTUP_TIMEOUT, UI_TIMEOUT_MS
 from tests.pgcluster import PgCluster
 
 SERVE = "from prefect_coder.examples.refund import refund_order; refund_order.serve(name='refunds')"
@@ -61,12 +65,7 @@ PLAN = {"amount_cents": 30_000, "reason": "broken on arrival"}
 THINKING = 45
 RUN_TIMEOUT = 240.0
 
-pytestmark = [
-    pytest.mark.timeout(480),
-    pytest.mark.skipif(
-        not Path("/proc/self/stat").exists(), reason="finds a worker's process tree in /proc"
-    ),
-]
+pytestmark = [pytest.mark.timeout(480), NEEDS_PROC]
 
 
 async def test_a_long_turn_and_a_paused_run_read_in_the_ui(tmp_path: Path) -> None:
@@ -80,49 +79,14 @@ async def test_a_long_turn_and_a_paused_run_read_in_the_ui(tmp_path: Path) -> No
 async def scenario(
     procs: Processes, tmp: Path, browser_path: Path, database: str, payments: str, ledger: Ledger
 ) -> None:
-    port = free_port()
-    ui = f"http://127.0.0.1:{port}"
-    api = f"{ui}/api"
-    base_env = {
-        **clean_env(),
-        "PREFECT_HOME": str(tmp / "prefect-home"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "DO_NOT_TRACK": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-    server = await procs.start(
-        "server",
-        str(BIN / "prefect"),
-        "server",
-        "start",
-        "--no-scheduler",
-        env={
-            **base_env,
-            "PREFECT_SERVER_API_HOST": "127.0.0.1",
-            "PREFECT_SERVER_API_PORT": str(port),
-            "PREFECT_API_DATABASE_CONNECTION_URL": database.replace(
-                "postgresql://", "postgresql+asyncpg://", 1
-            ),
-        },
-        cwd=tmp,
-    )
-    simulator = await procs.start(
-        "simulator", str(BIN / "prefect-coder"), "simulator", "--port", "0", env=base_env, cwd=tmp
-    )
-    await wait_for_line(simulator, r"^export CODER_ORG_ID=", STARTUP_TIMEOUT)
-    coder = dict(
-        shlex.split(line)[1].split("=", 1)
-        for line in simulator.output().splitlines()
-        if line.startswith("export ")
-    )
+    env = home_env(tmp)
+    server = await start_server(procs, tmp, env, database, ui=True)
+    simulator, coder = await start_simulator(procs, env, tmp, STARTUP_TIMEOUT)
     await script_the_agent(coder)
-
-    async def healthy() -> bool:
-        return await http_ok(f"{api}/health")
-
-    await until(healthy, "the server's /api/health", STARTUP_TIMEOUT, [server], interval=0.5)
+    await server.healthy(STARTUP_TIMEOUT)
+    api, ui = server.api, server.url
     runner_env = {
-        **base_env,
+        **env,
         **coder,
         "PREFECT_API_URL": api,
         "PREFECT_RUNNER_POLL_FREQUENCY": "1",
@@ -131,12 +95,10 @@ async def scenario(
     }
     runner = await procs.start("runner", sys.executable, "-c", SERVE, env=runner_env, cwd=ROOT)
     await wait_for_line(runner, "refunds", STARTUP_TIMEOUT)
-    watch = [server, simulator, runner]
+    watch = [server.proc, simulator, runner]
     with temporary_settings(updates={PREFECT_API_URL: api}):
         async with get_client() as client, chromium(browser_path) as browser:
-            page = await browser.new_page(viewport={"width": 1400, "height": 1400})
-            page.set_default_timeout(UI_TIMEOUT_MS)
-            await page.route("**/*", loopback_only)
+            page = await open_page(browser, height=1400, timeout_ms=UI_TIMEOUT_MS)
             run = await launch(client)
             await read_the_turn(page, client, ui, run, watch)
             await read_the_pause(page, client, ui, run, watch)

@@ -3,16 +3,15 @@ route that keeps the browser on loopback."""
 
 from __future__ import annotations
 
-import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from playwright.async_api import Route
 
-ROOT = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
-POOL = "coder-agents"
+from .stack import BIN, POOL, ROOT
+
+__all__ = ["BIN", "POOL", "ROOT", "STARTUP_TIMEOUT", "UI_TIMEOUT_MS", "Clock", "loopback_only"]
+
 #: Bounds for cold processes on a loaded machine; nothing here is timed.
 STARTUP_TIMEOUT = 120.0
 UI_TIMEOUT_MS = 60_000

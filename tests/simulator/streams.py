@@ -31,6 +31,20 @@ async def settled_chat(
     return str(chat["id"]), sim.messages(chat["id"])[-1].id
 
 
+#: A turn's answer as the stream shows it: the preview reset, the answer's parts streamed,
+#: the assistant message committed, and the preview reset again.
+STREAMED_ANSWER = ("preview_reset", "message_part*", "message:assistant", "preview_reset")
+#: A turn that ends calling a client tool: its assistant message (the call) committed,
+#: then the chat waits for the tool's result.
+TOOL_CALL = (
+    "preview_reset",
+    "message:assistant",
+    "preview_reset",
+    "status:requires_action",
+    "action_required",
+)
+
+
 def of_type(events: list[Event], kind: str) -> list[Event]:
     return [e for e in events if e["type"] == kind]
 

@@ -22,7 +22,7 @@ from websockets.exceptions import ConnectionClosedError, InvalidStatus
 from coder_chat.simulator import ROUTES, Simulator
 from coder_chat.simulator.faults import UnknownRoute
 
-from .wire import EXP, V2, Event, Reader, Wire, declare, kinds
+from .wire import EXP, V2, Event, Wire, declare, kinds, turn_events
 
 ADMIN = "/simulator/v1"
 CUT_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError)
@@ -108,20 +108,6 @@ async def snapshot(wire: Wire, chat_id: str) -> list[Event]:
         frame = await reader.frame()
     assert reader.ws.close_code == 1000
     return frame
-
-
-async def turn_events(reader: Reader, end_status: str) -> list[Event]:
-    """Events from the next ``status: running`` through the next ``status: end_status``."""
-    start = len(reader.events)
-    async with asyncio.timeout(5):
-        while True:
-            trace = kinds(reader.events[start:])
-            if "status:running" in trace:
-                begin = trace.index("status:running")
-                if f"status:{end_status}" in trace[begin:]:
-                    end = trace.index(f"status:{end_status}", begin)
-                    return reader.events[start + begin : start + end + 1]
-            await reader.frame()
 
 
 def assert_abrupt(error: ConnectionClosedError) -> None:

@@ -10,22 +10,9 @@ import pytest
 
 from coder_chat.simulator import Simulator
 
-from .wire import EXP, V2, Wire
+from .wire import EXP, NOT_FOUND, V2, Wire, expect_error
 
-NOT_FOUND = "Resource not found or you do not have access to this resource"
 ARCHIVE_ACTIVE = "Cannot archive an active chat. Interrupt or wait for the chat to finish first."
-
-
-def expect_error(
-    response: httpx.Response, status: int, message: str, detail: str | None = None
-) -> dict[str, Any]:
-    """Assert Coder's error body: the status, the verbatim message and (if given) detail."""
-    assert response.status_code == status, response.text
-    body: dict[str, Any] = response.json()
-    assert body["message"] == message
-    if detail is not None:
-        assert body.get("detail") == detail
-    return body
 
 
 async def get_chat(wire: Wire, chat_id: str) -> dict[str, Any]:

@@ -12,9 +12,8 @@ from websockets.exceptions import InvalidStatus
 
 from coder_chat.simulator import Simulator
 
-from .wire import EXP, V2, Wire
+from .wire import EXP, NOT_FOUND, V2, Wire, expect_error
 
-NOT_FOUND = "Resource not found or you do not have access to this resource"
 UNSUPPORTED = "Unsupported file type."
 MISMATCH = "File content type does not match Content-Type header."
 MAX_FILE = 10 * 1024 * 1024
@@ -24,17 +23,6 @@ JPEG = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00" + bytes(range(64))
 GIF = b"GIF89a\x01\x00\x01\x00\x80\x00\x00" + bytes(range(32))
 PDF = b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj\n<<>>\nendobj\n"
 WEBP = b"RIFF\x24\x00\x00\x00WEBPVP8 \x18\x00\x00\x00" + bytes(range(32))
-
-
-def expect_error(
-    response: httpx.Response, status: int, message: str, detail: str | None = None
-) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    body: dict[str, Any] = response.json()
-    assert body["message"] == message
-    if detail is not None:
-        assert body.get("detail") == detail
-    return body
 
 
 async def upload(

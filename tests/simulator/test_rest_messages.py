@@ -6,25 +6,11 @@ import itertools
 import uuid
 from typing import Any
 
-import httpx
 import pytest
 
 from coder_chat.simulator import Simulator
 
-from .wire import EXP, V2, Wire
-
-NOT_FOUND = "Resource not found or you do not have access to this resource"
-
-
-def expect_error(
-    response: httpx.Response, status: int, message: str, detail: str | None = None
-) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    body: dict[str, Any] = response.json()
-    assert body["message"] == message
-    if detail is not None:
-        assert body.get("detail") == detail
-    return body
+from .wire import EXP, NOT_FOUND, V2, Wire, expect_error
 
 
 def ids(page: dict[str, Any]) -> list[int]:

@@ -12,24 +12,12 @@ import pytest
 from coder_chat.simulator import Simulator, serve_simulator
 from tests.sim_timings import fast_config
 
-from .wire import EXP, V2, Wire
+from .wire import EXP, NOT_FOUND, V2, Wire, expect_error
 
-NOT_FOUND = "Resource not found or you do not have access to this resource"
 NOT_INTERRUPTIBLE = "Chat is not in an interruptible state."
 NOT_WAITING = "Chat is not waiting for tool results."
 INTERRUPTED = "Tool execution interrupted by user"
 TIMED_OUT = "Tool execution timed out"
-
-
-def expect_error(
-    response: httpx.Response, status: int, message: str, detail: str | None = None
-) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    body: dict[str, Any] = response.json()
-    assert body["message"] == message
-    if detail is not None:
-        assert body.get("detail") == detail
-    return body
 
 
 def declare(*names: str) -> list[dict[str, Any]]:

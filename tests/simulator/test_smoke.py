@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from coder_chat.simulator import Simulator
 
+from .streams import STREAMED_ANSWER
 from .wire import Wire, collapse_parts, kinds
 
 
@@ -15,10 +16,7 @@ async def test_plain_turn_timeline(sim: Simulator) -> None:
         assert collapse_parts(kinds(reader.events)) == [
             "message:user",
             "status:running",
-            "preview_reset",
-            "message_part*",
-            "message:assistant",
-            "preview_reset",
+            *STREAMED_ANSWER,
             "status:waiting",
         ]
         parts = [e for e in reader.events if e["type"] == "message_part"]

@@ -13,6 +13,7 @@ from coder_chat.simulator import Simulator
 
 from .streams import (
     ASK,
+    STREAMED_ANSWER,
     committed,
     delta_text,
     of_type,
@@ -154,10 +155,7 @@ async def test_reconnect_mid_turn_replays_the_episode_from_seq_1(slow_sim: Simul
             await second.until_status("waiting")
     assert collapse_parts(kinds(second.events)) == [
         "status:running",
-        "preview_reset",
-        "message_part*",
-        "message:assistant",
-        "preview_reset",
+        *STREAMED_ANSWER,
         "status:waiting",
     ]
     assert seqs(second.events) == list(range(1, 61))
@@ -377,10 +375,7 @@ async def test_retry_bumps_the_generation_attempt_and_restarts_seq(sim: Simulato
         "preview_reset",
         "message_part*",
         "retry",
-        "preview_reset",
-        "message_part*",
-        "message:assistant",
-        "preview_reset",
+        *STREAMED_ANSWER,
         "status:waiting",
     ]
     events = reader.events[mark:]
@@ -417,16 +412,10 @@ async def test_finished_turn_promotes_the_queued_prompt_without_status(sim: Simu
     assert since(reader, mark) == [
         "message:tool",
         "status:running",
-        "preview_reset",
-        "message_part*",
-        "message:assistant",
-        "preview_reset",
+        *STREAMED_ANSWER,
         "message:user",
         "queue_update",
-        "preview_reset",
-        "message_part*",
-        "message:assistant",
-        "preview_reset",
+        *STREAMED_ANSWER,
         "status:waiting",
     ]
     promoted = committed(reader.events[mark:], "user")[0]

@@ -14,7 +14,17 @@ import pytest
 
 from coder_chat.simulator import Simulator
 
-from .streams import ASK, committed, delta_text, of_type, settled_chat, since, text_of
+from .streams import (
+    ASK,
+    STREAMED_ANSWER,
+    TOOL_CALL,
+    committed,
+    delta_text,
+    of_type,
+    settled_chat,
+    since,
+    text_of,
+)
 from .wire import Wire, collapse_parts, kinds
 
 #: The one payload field each event type carries besides ``type`` and ``chat_id`` (5.2).
@@ -100,15 +110,9 @@ async def test_server_tool_step(sim: Simulator) -> None:
     assert since(reader, mark) == [
         "message:user",
         "status:running",
-        "preview_reset",
-        "message_part*",
-        "message:assistant",
-        "preview_reset",
+        *STREAMED_ANSWER,
         "message:tool",
-        "preview_reset",
-        "message_part*",
-        "message:assistant",
-        "preview_reset",
+        *STREAMED_ANSWER,
         "status:waiting",
     ]
     call_step, final = committed(reader.events, "assistant")
@@ -141,11 +145,7 @@ async def test_client_tool_round_trip(sim: Simulator) -> None:
             assert since(reader, mark) == [
                 "message:user",
                 "status:running",
-                "preview_reset",
-                "message:assistant",
-                "preview_reset",
-                "status:requires_action",
-                "action_required",
+                *TOOL_CALL,
             ]
             (call_step,) = committed(reader.events, "assistant")
             (call,) = call_step["content"]
@@ -168,10 +168,7 @@ async def test_client_tool_round_trip(sim: Simulator) -> None:
     assert since(reader, mark) == [
         "message:tool",
         "status:running",
-        "preview_reset",
-        "message_part*",
-        "message:assistant",
-        "preview_reset",
+        *STREAMED_ANSWER,
         "status:waiting",
     ]
     (tool,) = committed(reader.events, "tool")
@@ -201,11 +198,7 @@ async def test_client_tool_deadline_answers_with_error_and_recalls(sim: Simulato
             assert since(reader, mark) == [
                 "message:tool",
                 "status:running",
-                "preview_reset",
-                "message:assistant",
-                "preview_reset",
-                "status:requires_action",
-                "action_required",
+                *TOOL_CALL,
             ]
             (timed_out,) = committed(reader.events, "tool")
             (result,) = timed_out["content"]
@@ -325,10 +318,7 @@ async def test_prompt_queued_during_turn_is_promoted_without_status(sim: Simulat
         "preview_reset",
         "message:user",
         "queue_update",
-        "preview_reset",
-        "message_part*",
-        "message:assistant",
-        "preview_reset",
+        *STREAMED_ANSWER,
         "status:waiting",
     ]
     first_update, second_update = of_type(reader.events, "queue_update")
@@ -361,10 +351,7 @@ async def test_send_with_busy_behavior_interrupt_promotes_after_wind_down(
         "message:user",
         "queue_update",
         "status:running",
-        "preview_reset",
-        "message_part*",
-        "message:assistant",
-        "preview_reset",
+        *STREAMED_ANSWER,
         "status:waiting",
     ]
     assert text_of(committed(reader.events, "assistant")[-1]) == 'You said: "second"'

@@ -128,3 +128,33 @@ def collapse_parts(trace: list[str]) -> list[str]:
             continue
         out.append("message_part*" if item == "message_part" else item)
     return out
+
+
+#: Coder's message for a chat (or a resource) the caller cannot see.
+NOT_FOUND = "Resource not found or you do not have access to this resource"
+
+
+def expect_error(
+    response: httpx.Response, status: int, message: str, detail: str | None = None
+) -> dict[str, Any]:
+    """Assert Coder's error body: the status, the verbatim message and (if given) detail."""
+    assert response.status_code == status, response.text
+    body: dict[str, Any] = response.json()
+    assert body["message"] == message
+    if detail is not None:
+        assert body.get("detail") == detail
+    return body
+
+
+async def turn_events(reader: Reader, end_status: str) -> list[Event]:
+    """Events from the next ``status: running`` through the next ``status: end_status``."""
+    start = len(reader.events)
+    async with asyncio.timeout(5):
+        while True:
+            trace = kinds(reader.events[start:])
+            if "status:running" in trace:
+                begin = trace.index("status:running")
+                if f"status:{end_status}" in trace[begin:]:
+                    end = trace.index(f"status:{end_status}", begin)
+                    return reader.events[start + begin : start + end + 1]
+            await reader.frame()

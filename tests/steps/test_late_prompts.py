@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
-
-import pytest
 
 from coder_chat import ChatClient
 from coder_chat.client.options import ChatOptions
@@ -28,13 +24,6 @@ from coder_chat.simulator import Simulator
 FAST = DurableOptions(
     chat=ChatOptions(request_timeout=10, redial_initial=0.01), step_deadline=30, poll_interval=0.02
 )
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    s = SqliteStore(tmp_path / "ledger.db")
-    yield s
-    await s.close()
 
 
 async def prompts(client: ChatClient, chat_id: str) -> list[str]:

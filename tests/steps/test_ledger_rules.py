@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
-
 from coder_chat.client.tools import ToolCallContext
 from coder_chat.durable.records import args_digest
 from coder_chat.durable.sqlite import SqliteStore
@@ -20,13 +15,6 @@ async def refund(amount_cents: int, idempotency_key: str) -> str:
     """Refund the customer."""
     KEYS.append(idempotency_key)
     return f"refunded {amount_cents}"
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    s = SqliteStore(tmp_path / "ledger.db")
-    yield s
-    await s.close()
 
 
 async def test_a_repeated_call_re_drives_the_first_calls_key_never_a_later_ones(

@@ -9,14 +9,8 @@ once (the campaign's 20261312/4, where the step kept "charge failed" as its resu
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
-
 from coder_chat import ChatClient
 from coder_chat.durable.context import StepContext, StepTools
-from coder_chat.durable.markers import chat_labels
 from coder_chat.durable.reconcile import NOT_RUN
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
@@ -25,14 +19,7 @@ from coder_chat.durable.sweep import end_cancelled
 from coder_chat.simulator import Simulator
 from tests.simulator.wire import Wire
 
-from .support import CHARGES, FAST, charge_card
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    s = SqliteStore(tmp_path / "ledger.db")
-    yield s
-    await s.close()
+from .support import CHARGES, FAST, charge_card, step_chat
 
 
 async def test_a_step_whose_calls_a_cancel_answered_not_run_goes_again_on_resume(
@@ -48,14 +35,7 @@ async def test_a_step_whose_calls_a_cancel_answered_not_run_goes_again_on_resume
     ):
         fence = await store.begin_run(tenant, wf)
         ctx = StepContext(client, store, fence, wf, 1, tools, FAST)
-        labels = chat_labels(wf, 1, "local", await store.store_id())
-        declared = [
-            t.declaration().model_dump(exclude_none=True) for t in tools.for_session(ctx.binding)
-        ]
-        created = await wire.create(
-            f"{ctx.marker} {prompt}", labels=labels, unsafe_dynamic_tools=declared
-        )
-        chat_id = str(created["id"])
+        chat_id = await step_chat(wire, ctx, tools, prompt)
         await store.save_checkpoint(fence, chat_id, None)
         await sim.wait_for_status(chat_id, "requires_action")  # the process dies here
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -32,14 +31,7 @@ from coder_chat.simulator import Simulator, SimulatorConfig, serve_simulator
 from tests.sim_timings import fast_config
 from tests.simulator.wire import Wire
 
-from .support import CHARGES, FAST, charge_card
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    s = SqliteStore(tmp_path / "ledger.db")
-    yield s
-    await s.close()
+from .support import CHARGES, FAST, charge_card, step_chat
 
 
 async def crashed_attempt(
@@ -275,17 +267,7 @@ async def test_an_attempt_that_never_saw_its_tools_outcome_goes_again(
     ):
         fence = await store.begin_run(tenant, "wf-deadline-twice")
         ctx = StepContext(client, store, fence, "wf-deadline-twice", 1, tools, FAST)
-        labels = chat_labels("wf-deadline-twice", 1, "local", await store.store_id())
-        declared = [
-            t.declaration().model_dump(exclude_none=True) for t in tools.for_session(ctx.binding)
-        ]
-        chat_id = str(
-            (
-                await wire.create(
-                    f"{ctx.marker} {prompt}", labels=labels, unsafe_dynamic_tools=declared
-                )
-            )["id"]
-        )
+        chat_id = await step_chat(wire, ctx, tools, prompt)
         paused = await sim.wait_for_status(chat_id, "requires_action")
         call = paused.pending_calls[0].tool_call_id
         digest = args_digest(charge_card.tool.validate({"amount_cents": 600}).model_dump())
@@ -321,14 +303,7 @@ async def test_a_call_that_never_ran_before_coders_tool_deadline_is_run_on_resub
     ):
         fence = await store.begin_run(tenant, "wf-never-ran")
         ctx = StepContext(client, store, fence, "wf-never-ran", 1, tools, FAST)
-        labels = chat_labels("wf-never-ran", 1, "local", await store.store_id())
-        declared = [
-            t.declaration().model_dump(exclude_none=True) for t in tools.for_session(ctx.binding)
-        ]
-        created = await wire.create(
-            f"{ctx.marker} {prompt}", labels=labels, unsafe_dynamic_tools=declared
-        )
-        chat_id = str(created["id"])
+        chat_id = await step_chat(wire, ctx, tools, prompt)
         await store.save_checkpoint(fence, chat_id, None)
         for _ in range(2):  # the call, then the model's call again, both timed out
             await sim.wait_for_status(chat_id, "requires_action")

@@ -6,11 +6,6 @@ counts the write transactions it committed.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
-import pytest
-
 from coder_chat import ChatClient, ChatSession
 from coder_chat.client.options import ChatOptions
 from coder_chat.durable.context import DurableOptions, StepContext, StepTools
@@ -20,13 +15,6 @@ from coder_chat.durable.step import StepSpec, run_step
 from coder_chat.simulator import Simulator
 
 FAST = DurableOptions(chat=ChatOptions(request_timeout=10), step_deadline=30, poll_interval=0.02)
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    s = SqliteStore(tmp_path / "ledger.db")
-    yield s
-    await s.close()
 
 
 def served(sim: Simulator) -> list[str]:

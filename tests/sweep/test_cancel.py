@@ -6,7 +6,6 @@ relaunches it; a run whose process was still going stops acting and says why.
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from uuid import UUID
 
@@ -23,6 +22,7 @@ from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
 from prefect_coder import DurableChat, WorkflowCancelled, WorkflowSettings
 from prefect_coder.flows.orphan_sweep import orphan_sweep
+from tests.flows.support import sent
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.timeout(120)]
 
@@ -43,15 +43,6 @@ async def two_turns(workflow_id: str, crash_after_first: bool = False) -> list[s
             raise Crash
         await chat.turn(SECOND)
     return [r.verdict for r in chat.results]
-
-
-def sent(sim: Simulator, text: str) -> int:
-    return sum(
-        1
-        for chat in sim.chats()
-        for m in sim.messages(chat.id)
-        if m.role == "user" and text in json.dumps(m.content)
-    )
 
 
 async def stored(db: Path, sim: Simulator, workflow_id: str) -> WorkflowRecord:

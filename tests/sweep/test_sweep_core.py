@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
-
-import pytest
+from typing import Any
 
 from coder_chat import ChatClient
 from coder_chat.client.options import ChatOptions
@@ -14,18 +14,13 @@ from coder_chat.durable.markers import chat_labels
 from coder_chat.durable.reconcile import NO_RESULT
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
-from coder_chat.durable.sweep import SweepPolicy, mark_failed, sweep
+from coder_chat.durable.sweep import SweepPolicy, SweepReport, mark_failed, sweep
 from coder_chat.simulator import Simulator
 from tests.simulator.wire import Wire, declare
 
 TOOLS = declare("charge_card")
-
-
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteStore]:
-    s = SqliteStore(tmp_path / "ledger.db")
-    yield s
-    await s.close()
+#: One pass of the sweep with a policy (and options such as ``tools``).
+Sweep = Callable[..., Awaitable[SweepReport]]
 
 
 async def labelled(
@@ -34,6 +29,18 @@ async def labelled(
     labels = chat_labels(workflow, 1, "local", await store.store_id())
     chat = await wire.create(text, labels=labels, **TOOLS, **extra)
     return str(chat["id"])
+
+
+@asynccontextmanager
+async def swept_by(sim: Simulator, store: SqliteStore) -> AsyncIterator[Sweep]:
+    """A sweep of the simulator's chats with ``store``'s ledger, its report lines dropped."""
+    tenant = str(sim.organization_id)
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+
+        async def run_sweep(policy: SweepPolicy, **options: Any) -> SweepReport:
+            return await sweep(client, store, tenant, policy, report=lambda _: None, **options)
+
+        yield run_sweep
 
 
 def policy(**overrides: object) -> SweepPolicy:
@@ -48,7 +55,7 @@ def policy(**overrides: object) -> SweepPolicy:
 
 async def test_orphans_are_retired_and_owned_chats_kept(sim: Simulator, store: SqliteStore) -> None:
     tenant = str(sim.organization_id)
-    async with Wire(sim) as wire, ChatClient(base_url=sim.base_url, token=sim.token) as client:
+    async with Wire(sim) as wire, swept_by(sim, store) as run_sweep:
         owned = await labelled(wire, store, "wf-owned", "mine")
         orphan_done = await labelled(wire, store, "wf-gone", "finished orphan")
         orphan_live = await labelled(wire, store, "wf-gone-2", "live orphan /sleep 30")
@@ -60,7 +67,7 @@ async def test_orphans_are_retired_and_owned_chats_kept(sim: Simulator, store: S
         await store.save_checkpoint(fence, owned, None)
         await sim.wait_for_status(orphan_paused, "requires_action")
         await sim.wait_for_status(orphan_done, "waiting")
-        report = await sweep(client, store, tenant, policy(), report=lambda _: None)
+        report = await run_sweep(policy())
     actions = {f.chat_id: f.action for f in report.findings}
     assert actions == {
         owned: "kept",
@@ -82,7 +89,7 @@ async def test_a_paused_orphan_is_answered_from_the_ledger_first(
     sim: Simulator, store: SqliteStore
 ) -> None:
     tenant = str(sim.organization_id)
-    async with Wire(sim) as wire, ChatClient(base_url=sim.base_url, token=sim.token) as client:
+    async with Wire(sim) as wire, swept_by(sim, store) as run_sweep:
         paused = await labelled(
             wire, store, "wf-crashed", '/tool charge_card {"amount_cents": 700}'
         )
@@ -92,7 +99,7 @@ async def test_a_paused_orphan_is_answered_from_the_ledger_first(
         await store.claim_tool(fence, paused, call_id, tool_name="charge_card")
         await store.complete_tool(fence, paused, call_id, output="charged: receipt r-1")
         await store.finish(fence, WorkflowState.FAILED)  # its workflow ended: nobody will adopt it
-        await sweep(client, store, tenant, policy(), report=lambda _: None)
+        await run_sweep(policy())
     submitted = [r for r in sim.records.tool_results if r.tool_call_id == call_id]
     assert [(r.output, r.synthetic) for r in submitted] == [("charged: receipt r-1", False)]
     assert sim.chat(paused).archived
@@ -102,7 +109,7 @@ async def test_a_committing_effect_without_its_tool_is_left_alone(
     sim: Simulator, store: SqliteStore
 ) -> None:
     tenant = str(sim.organization_id)
-    async with Wire(sim) as wire, ChatClient(base_url=sim.base_url, token=sim.token) as client:
+    async with Wire(sim) as wire, swept_by(sim, store) as run_sweep:
         paused = await labelled(
             wire, store, "wf-ambiguous", '/tool charge_card {"amount_cents": 700}'
         )
@@ -112,9 +119,7 @@ async def test_a_committing_effect_without_its_tool_is_left_alone(
             fence, paused, record.pending_calls[0].tool_call_id, tool_name="charge_card"
         )
         await store.finish(fence, WorkflowState.FAILED)
-        report = await sweep(
-            client, store, tenant, policy(), tools=StepTools(), report=lambda _: None
-        )
+        report = await run_sweep(policy(), tools=StepTools())
     assert [f.action for f in report.findings] == ["left"]
     assert sim.chat(paused).status == "requires_action" and not sim.chat(paused).archived
     assert not [r for r in sim.records.interrupts if str(r.chat_id) == paused]
@@ -123,12 +128,11 @@ async def test_a_committing_effect_without_its_tool_is_left_alone(
 async def test_dry_run_changes_nothing_and_young_chats_wait(
     sim: Simulator, store: SqliteStore
 ) -> None:
-    tenant = str(sim.organization_id)
-    async with Wire(sim) as wire, ChatClient(base_url=sim.base_url, token=sim.token) as client:
+    async with Wire(sim) as wire, swept_by(sim, store) as run_sweep:
         orphan = await labelled(wire, store, "wf-x", "hello")
         await sim.wait_for_status(orphan, "waiting")
-        dry = await sweep(client, store, tenant, policy(dry_run=True), report=lambda _: None)
-        young = await sweep(client, store, tenant, policy(orphan_age=3600), report=lambda _: None)
+        dry = await run_sweep(policy(dry_run=True))
+        young = await run_sweep(policy(orphan_age=3600))
     assert [f.action for f in dry.findings] == ["would retire"]
     assert [f.action for f in young.findings] == ["too young"]
     assert not sim.chat(orphan).archived and not sim.records.interrupts
@@ -138,13 +142,11 @@ async def test_stuck_turns_are_interrupted_and_stale_workflows_reported(
     sim: Simulator, store: SqliteStore
 ) -> None:
     tenant = str(sim.organization_id)
-    async with Wire(sim) as wire, ChatClient(base_url=sim.base_url, token=sim.token) as client:
+    async with Wire(sim) as wire, swept_by(sim, store) as run_sweep:
         stuck = await labelled(wire, store, "wf-stuck", "long /sleep 30")
         fence = await store.begin_run(tenant, "wf-stuck")
         await store.save_checkpoint(fence, stuck, None)
-        report = await sweep(
-            client, store, tenant, policy(stuck_after=0, stale_heartbeat=0), report=lambda _: None
-        )
+        report = await run_sweep(policy(stuck_after=0, stale_heartbeat=0))
     assert [f.action for f in report.findings] == ["interrupted"]
     assert [r.status_before for r in sim.records.interrupts] == ["running"]
     assert not sim.chat(
@@ -157,11 +159,11 @@ async def test_an_orphan_of_a_running_workflow_is_left_for_adoption(
     sim: Simulator, store: SqliteStore
 ) -> None:
     tenant = str(sim.organization_id)
-    async with Wire(sim) as wire, ChatClient(base_url=sim.base_url, token=sim.token) as client:
+    async with Wire(sim) as wire, swept_by(sim, store) as run_sweep:
         orphan = await labelled(wire, store, "wf-alive", "first attempt")
         await store.begin_run(tenant, "wf-alive")  # running, empty checkpoint
         await sim.wait_for_status(orphan, "waiting")
-        report = await sweep(client, store, tenant, policy(), report=lambda _: None)
+        report = await run_sweep(policy())
     assert {f.chat_id: f.action for f in report.findings} == {orphan: "kept"}
     assert not sim.chat(orphan).archived
 
@@ -170,15 +172,14 @@ async def test_a_sweep_acts_only_on_its_own_stores_chats(
     sim: Simulator, store: SqliteStore, tmp_path: Path
 ) -> None:
     """Two stores, one deployment label: each sweep sees only the chats its store made."""
-    tenant = str(sim.organization_id)
     other = SqliteStore(tmp_path / "other.db")
     try:
         assert await other.store_id() != await store.store_id()
-        async with Wire(sim) as wire, ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        async with Wire(sim) as wire, swept_by(sim, store) as run_sweep:
             mine = await labelled(wire, store, "wf-a", "mine")
             theirs = await labelled(wire, other, "wf-b", "theirs")
             await sim.wait_for_status(theirs, "waiting")
-            report = await sweep(client, store, tenant, policy(), report=lambda _: None)
+            report = await run_sweep(policy())
     finally:
         await other.close()
     assert [f.chat_id for f in report.findings] == [mine] and report.chats_seen == 1
@@ -189,7 +190,7 @@ async def test_an_ended_workflow_that_did_not_archive_has_its_chat_retired(
     sim: Simulator, store: SqliteStore
 ) -> None:
     tenant = str(sim.organization_id)
-    async with Wire(sim) as wire, ChatClient(base_url=sim.base_url, token=sim.token) as client:
+    async with Wire(sim) as wire, swept_by(sim, store) as run_sweep:
         failed = await labelled(wire, store, "wf-failed", "it failed")
         kept = await labelled(wire, store, "wf-keep", "keep me")
         for workflow, chat, archive in (("wf-failed", failed, True), ("wf-keep", kept, False)):
@@ -197,7 +198,7 @@ async def test_an_ended_workflow_that_did_not_archive_has_its_chat_retired(
             await store.save_checkpoint(fence, chat, None)
             await store.finish(fence, WorkflowState.FAILED)
             await sim.wait_for_status(chat, "waiting")
-        report = await sweep(client, store, tenant, policy(), report=lambda _: None)
+        report = await run_sweep(policy())
     assert {f.chat_id: f.action for f in report.findings} == {failed: "archived", kept: "kept"}
     assert sim.chat(failed).archived and not sim.chat(kept).archived
 

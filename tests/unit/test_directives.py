@@ -7,7 +7,6 @@ drive a real simulator over loopback sockets with plain ``httpx`` and
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,22 +17,27 @@ import pytest
 from coder_chat.simulator import DirectiveError, Script, Simulator, parse, serve_simulator
 from coder_chat.simulator.directives import ToolCall
 from tests.sim_timings import fast_config
-from tests.simulator.wire import Reader, Wire, declare, kinds
+from tests.simulator.wire import Wire, declare, kinds, turn_events
 
 # ---------------------------------------------------------------------------
 # Pure parser
 # ---------------------------------------------------------------------------
 
 
-def test_plain_prompt_has_no_directives() -> None:
-    script = parse("just say hello")
-    assert script == Script(text="just say hello")
+def assert_no_directives(script: Script) -> None:
+    """The prompt asked for nothing but text: no tools, deltas, sleep, failure or JSON."""
     assert script.client_tools == []
     assert script.server_tools == []
     assert script.deltas is None
     assert script.sleep == 0.0
     assert script.fail is None
     assert script.has_structured is False
+
+
+def test_plain_prompt_has_no_directives() -> None:
+    script = parse("just say hello")
+    assert script == Script(text="just say hello")
+    assert_no_directives(script)
 
 
 def test_empty_prompt() -> None:
@@ -182,12 +186,7 @@ def test_directive_after_newline_is_recognised() -> None:
 def test_things_that_are_not_directives_stay_text(prompt: str) -> None:
     script = parse(prompt)
     assert script.text == " ".join(prompt.split())
-    assert script.client_tools == []
-    assert script.server_tools == []
-    assert script.deltas is None
-    assert script.sleep == 0.0
-    assert script.fail is None
-    assert script.has_structured is False
+    assert_no_directives(script)
 
 
 def test_step_marker_is_kept_next_to_directives() -> None:
@@ -271,20 +270,6 @@ async def _send_ok(wire: Wire, chat_id: str, text: str) -> dict[str, Any]:
     return body
 
 
-async def _turn_events(reader: Reader, end_status: str) -> list[dict[str, Any]]:
-    """Events of the turn just started: from ``status: running`` to ``end_status``."""
-    start = len(reader.events)
-    async with asyncio.timeout(5):
-        while True:
-            trace = kinds(reader.events[start:])
-            if "status:running" in trace:
-                begin = trace.index("status:running")
-                if f"status:{end_status}" in trace[begin:]:
-                    end = trace.index(f"status:{end_status}", begin)
-                    return reader.events[start + begin : start + end + 1]
-            await reader.frame()
-
-
 async def test_malformed_directive_fails_the_turn(wire: Wire) -> None:
     chat = await wire.create("please /deltas zero")
     await wire.sim.wait_for_status(chat["id"], "error")
@@ -322,7 +307,7 @@ async def test_deltas_gives_exactly_n_deltas(wire: Wire, count: int) -> None:
     async with wire.stream(chat_id) as reader:
         await reader.until_status("waiting")
         await _send_ok(wire, chat_id, f"/deltas {count} counting deltas")
-        events = await _turn_events(reader, "waiting")
+        events = await turn_events(reader, "waiting")
     parts = [e["message_part"] for e in events if e["type"] == "message_part"]
     assert len(parts) == count
     assert [p["seq"] for p in parts] == list(range(1, count + 1))
@@ -339,7 +324,7 @@ async def test_more_deltas_than_characters_pads_the_reply(wire: Wire) -> None:
     async with wire.stream(chat_id) as reader:
         await reader.until_status("waiting")
         await _send_ok(wire, chat_id, "/deltas 40 hi")
-        events = await _turn_events(reader, "waiting")
+        events = await turn_events(reader, "waiting")
     parts = [e["message_part"]["part"]["text"] for e in events if e["type"] == "message_part"]
     assert len(parts) == 40
     assert all(len(p) == 1 for p in parts)

@@ -23,6 +23,7 @@ from coder_chat.durable.records import WorkflowState
 from coder_chat.simulator import Simulator
 from prefect_coder import DurableChat, PostgresLedger, SqliteLedger
 from tests.durable.backends import Backend
+from tests.flows.support import sent
 
 from .support import Cli
 
@@ -56,15 +57,6 @@ async def review(
             raise Crash
         await chat.turn(SECOND)
     return [r.verdict for r in chat.results]
-
-
-def sent(sim: Simulator, text: str) -> int:
-    return sum(
-        1
-        for chat in sim.chats()
-        for m in sim.messages(chat.id)
-        if m.role == "user" and text in json.dumps(m.content)
-    )
 
 
 async def execute(run_id: UUID) -> Any:

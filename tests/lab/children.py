@@ -1,6 +1,6 @@
 """The crash lab: real child processes running a flow (``durable_chat`` unless told), killed with SIGKILL.
 
-Every child runs ``python -m tests.crash.child '<json>'`` in its own session (so
+Every child runs ``python -m tests.lab.child '<json>'`` in its own session (so
 its process group holds everything it started) against the test's simulator and
 payments fake, the session's one Prefect test API, one ``PREFECT_HOME`` (the step
 result cache) and one SQLite store shared by all children of a test. A crash is
@@ -149,7 +149,7 @@ class CrashLab:
             proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "tests.crash.child",
+                "tests.lab.child",
                 json.dumps(params),
                 cwd=ROOT,
                 env=self.env(env),

@@ -24,18 +24,18 @@ import os
 import pytest
 
 from tests.campaign.draw import refund_plan
-from tests.campaign.plan import Kill, RefundCase
+from tests.lab.children import CrashLab
+from tests.lab.leaks import check_no_token
+from tests.lab.steps import Kill, RefundCase
 
-from .invariants import check_no_token
-from .lab import CrashLab
-from .own_flow import draw_schedule, judge, play, story
+from .refund_kills import draw_schedule, judge, play, story
 
 pytestmark = pytest.mark.timeout(300)
 
 SEED = int(os.environ.get("OWN_FLOW_SEED", "20260612"))
 #: Schedules in CI; more with ``OWN_FLOW_COUNT`` (and another ``OWN_FLOW_SEED``).
 COUNT = int(os.environ.get("OWN_FLOW_COUNT", "4"))
-PLAIN_REFUND_ORDER = "tests.crash.plain_refund:plain_refund_order"
+PLAIN_REFUND_ORDER = "tests.campaign.plain_refund:plain_refund_order"
 
 
 @pytest.mark.parametrize("index", range(COUNT))

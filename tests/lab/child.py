@@ -1,4 +1,4 @@
-"""A crash-test child: ``python -m tests.crash.child '<json>'`` runs one flow with ``params``.
+"""A crash-test child: ``python -m tests.lab.child '<json>'`` runs one flow with ``params``.
 
 The flow is ``params["flow"]`` as ``module:function`` (for instance
 ``prefect_coder.examples.refund:refund_order``), ``durable_chat`` when absent; every

@@ -11,10 +11,13 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from coder_chat.durable.markers import LABEL_WORKFLOW, step_marker
 from coder_chat.simulator import Simulator
 from coder_chat.simulator.state import Chat, Message, now
+
+from .tasks import in_background
 
 #: The client tools a campaign chat declares: an answer is the text after the last call.
 CLIENT_TOOLS = frozenset({"charge_card", "issue_refund", "structured_output"})
@@ -57,9 +60,15 @@ def reply_to(sim: Simulator, user: Message, until: datetime | None = None) -> st
         if until is None or m.created_at <= until
         for p in m.content
     ]
+    return text_after_tools(parts, CLIENT_TOOLS)
+
+
+def text_after_tools(parts: list[dict[str, Any]], tools: frozenset[str]) -> str:
+    """The text of an answer's parts after its last call of a client tool (the turn's
+    reply: what came before the call was cut short by it and resent after its result)."""
     cut = 0
     for index, part in enumerate(parts):
-        if part.get("type") == "tool-call" and part.get("tool_name") in CLIENT_TOOLS:
+        if part.get("type") == "tool-call" and part.get("tool_name") in tools:
             cut = index + 1
     return "".join(str(p.get("text", "")) for p in parts[cut:] if p.get("type") == "text")
 
@@ -108,10 +117,5 @@ class StatusLog:
 
     @contextlib.asynccontextmanager
     async def polling(self, sim: Simulator) -> AsyncIterator[None]:
-        task = asyncio.create_task(self.poll(sim))
-        try:
+        async with in_background(self.poll(sim)):
             yield
-        finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task

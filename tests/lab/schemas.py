@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 
 #: How ``durable_chat``'s ``output_schemas`` parameter names :class:`Verdict`.
-VERDICT = "tests.campaign.schemas:Verdict"
+VERDICT = "tests.lab.schemas:Verdict"
 
 
 class Verdict(BaseModel):

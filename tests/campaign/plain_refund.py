@@ -1,6 +1,6 @@
 """The README's refund flow as a Prefect user would write it without the durable layer.
 
-The negative control of ``test_own_flow.py``: the same prompts, the same tool and
+The negative control of ``test_refund_kills.py``: the same prompts, the same tool and
 the same pause, each turn a bare ``ChatSession`` turn inside the flow. Its chat is
 labelled and its prompts marked the way the durable layer does it, only so that the
 same checks can read its history; nothing is stored. A relaunch starts over: it

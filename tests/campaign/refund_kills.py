@@ -30,14 +30,13 @@ from tests.campaign.draw import DOUBLE_CRASH, refund_plan
 from tests.campaign.drive import RunRecord, WorkflowOutcome
 from tests.campaign.kills import read_in_flight
 from tests.campaign.own_flows import check_returned, check_unplanned, stored_results
-from tests.campaign.plan import Kill, RefundCase, WorkflowPlan
 from tests.campaign.refunds import REFUND_ORDER, draw_case, draw_refund_kill, params_of, scripts_of
 from tests.campaign.resends import check_resends
 from tests.campaign.results import check_results
-from tests.campaign.truth import StatusLog, prompts
-from tests.campaign.verdicts import Findings
-
-from .lab import REACH_TIMEOUT, CrashLab
+from tests.lab.children import REACH_TIMEOUT, CrashLab
+from tests.lab.steps import Kill, RefundCase, WorkflowPlan
+from tests.lab.truth import StatusLog, prompts
+from tests.lab.verdicts import Findings
 
 
 @dataclass(frozen=True)
