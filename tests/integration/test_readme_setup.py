@@ -57,8 +57,8 @@ from tests.integration.procs import (
 )
 
 from .readme_blocks import (
-    SETUP_GUIDE,
     ROOT,
+    SETUP_GUIDE,
     Terminals,
     check_markup,
     checkout_for,
