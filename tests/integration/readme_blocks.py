@@ -1,4 +1,4 @@
-"""Pasting a README section's shell blocks as a person would: the blocks, read by their
+"""Pasting a guide section's shell blocks as a person would: the blocks, read by their
 markers, checked, and run in terminals of a fresh machine."""
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from tests.integration.procs import (
 )
 
 ROOT = Path(__file__).resolve().parents[2]
-README = ROOT / "README.md"
+#: The guides whose shell blocks the tests paste (they were README sections once).
+SETUP_GUIDE = ROOT / "docs" / "deploying.md"
+FLEET_GUIDE = ROOT / "docs" / "fleet.md"
 SECTION = "## Run it with a Prefect server and a worker"
 #: Generous bounds for cold processes on a loaded machine; no test is timed.
 STARTUP_TIMEOUT = 240.0

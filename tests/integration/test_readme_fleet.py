@@ -25,7 +25,7 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from tests.integration.procs import Processes, free_port, managed_processes
 from tests.integration.readme_blocks import (
-    README,
+    FLEET_GUIDE,
     Block,
     Terminals,
     check_markup,
@@ -47,7 +47,7 @@ pytestmark = pytest.mark.timeout(1200)
 
 
 def fleet_blocks() -> tuple[str, list[Block]]:
-    section = setup_section(README.read_text(), SECTION)
+    section = setup_section(FLEET_GUIDE.read_text(), SECTION)
     return section, setup_blocks(section, tag="fleet")
 
 

@@ -1,4 +1,4 @@
-"""The README's setup, pasted in order: its own ``bash`` blocks, read from README.md, run as written.
+"""The setup guide (docs/deploying.md), pasted in order: its ``bash`` blocks, run as written.
 
 The section "Run it with a Prefect server and a worker" marks each block it means to
 be pasted with an HTML comment (invisible once rendered) that says how:
@@ -57,8 +57,8 @@ from tests.integration.procs import (
 )
 
 from .readme_blocks import (
-    README,
     ROOT,
+    SETUP_GUIDE,
     Terminals,
     check_markup,
     checkout_for,
@@ -83,7 +83,7 @@ pytestmark = [
 
 def test_the_setup_blocks_are_marked_numbered_and_safe_to_paste_in_order() -> None:
     """Cheap checks of the README's markup (the end-to-end test below runs it)."""
-    section = setup_section(README.read_text())
+    section = setup_section(SETUP_GUIDE.read_text())
     blocks = setup_blocks(section)
     check_markup(section, blocks)
     [install] = [b for b in blocks if b.install]
@@ -108,7 +108,7 @@ async def scenario(procs: Processes, tmp: Path) -> None:
     port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     terminals = Terminals(procs, tmp, checkout_for(tmp), fresh_machine_env(tmp, port))
-    background = await paste(terminals, setup_blocks(setup_section(README.read_text())))
+    background = await paste(terminals, setup_blocks(setup_section(SETUP_GUIDE.read_text())))
     assert await http_ok(f"{api}/health")
     simulator = dict(shlex.split(line)[1].split("=", 1) for line in exports(background[4].output()))
     with temporary_settings(updates={PREFECT_API_URL: api}):

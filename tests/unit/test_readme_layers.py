@@ -1,4 +1,4 @@
-"""The README's layers table names every built-in task and flow there is."""
+"""The architecture page's layers table (docs/architecture.md) names every built-in task and flow there is."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from prefect import Flow, Task
 import prefect_coder.flows
 import prefect_coder.tasks
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "architecture.md"
 
 
 def _row(layer: str) -> str:
-    return next(line for line in README.read_text().splitlines() if line.startswith(layer))
+    return next(line for line in PAGE.read_text().splitlines() if line.startswith(layer))
 
 
 def _defined(

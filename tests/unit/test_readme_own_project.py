@@ -1,4 +1,4 @@
-"""The README's guide for a team's own project: its ``prefect.yaml`` names our flows by module
+"""The guide for a team's own project (docs/own-project.md): its ``prefect.yaml`` names our flows by module
 paths that import, with parameters those flows take, aimed at the team's own deployment."""
 
 from __future__ import annotations
@@ -11,14 +11,15 @@ from typing import Any
 import yaml  # type: ignore[import-untyped]
 from prefect import Flow
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "own-project.md"
 
 
 def own_project() -> dict[str, Any]:
     found = re.search(
-        r"<!-- own-project: prefect.yaml -->\n```yaml\n(?P<yaml>.*?)```", README.read_text(), re.S
+        r"<!-- own-project: prefect.yaml -->\n```yaml\n(?P<yaml>.*?)```", PAGE.read_text(), re.S
     )
-    assert found, "the README's own-project prefect.yaml is missing"
+    assert found, "the own-project guide's prefect.yaml is missing"
     loaded: dict[str, Any] = yaml.safe_load(found["yaml"])
     return loaded
 
@@ -50,7 +51,7 @@ def test_the_guides_sweep_triggers_are_the_shipped_ones_aimed_at_the_teams_flow(
     """The guide's triggers are the shipped YAML's, but for the team's flow and deployment:
     a change to one that is not made to the other fails here."""
     ours = {d["name"]: d for d in own_project()["deployments"]}["code-review-sweep"]["triggers"]
-    shipped_file = README.parent / "deployments" / "prefect.yaml"
+    shipped_file = ROOT / "deployments" / "prefect.yaml"
     shipped = {
         t["name"]: t
         for d in yaml.safe_load(shipped_file.read_text())["deployments"]
