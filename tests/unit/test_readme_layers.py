@@ -33,12 +33,12 @@ def _defined(
 
 
 def test_the_tasks_row_names_every_task() -> None:
-    row, tasks = _row("| `tasks/`"), _defined(prefect_coder.tasks, Task)
+    row, tasks = _row("| `prefect_coder/tasks/`"), _defined(prefect_coder.tasks, Task)
     assert {"run_turn", "relaunch_workflow"} <= tasks
     assert [t for t in sorted(tasks) if f"`{t}`" not in row] == []
 
 
 def test_the_flows_row_names_every_flow() -> None:
-    row, flows = _row("| `flows/`"), _defined(prefect_coder.flows, Flow)
+    row, flows = _row("| `prefect_coder/flows/`"), _defined(prefect_coder.flows, Flow)
     assert {"durable_chat", "orphan_sweep"} <= flows
     assert [f for f in sorted(flows) if f"`{f}`" not in row] == []
