@@ -17,6 +17,7 @@ import time
 
 import websockets
 
+from bench._cli import no_options
 from bench._replay_server import DELTAS
 from coder_chat import ChatClient, ChatStream
 from coder_chat.protocol.models import StatusEvent
@@ -77,4 +78,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    no_options(__doc__)
     main()

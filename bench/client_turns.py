@@ -14,6 +14,7 @@ import statistics
 import time
 import tracemalloc
 
+from bench._cli import no_options
 from coder_chat import ChatClient, ChatSession
 from coder_chat.simulator import SimulatorConfig, serve_simulator
 
@@ -81,4 +82,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    no_options(__doc__)
     asyncio.run(main())

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import websockets
 
+from bench._cli import no_options
 from bench._simproc import SimProcess, simulator_process
 
 DELTAS = 100_000
@@ -90,5 +91,6 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    no_options(__doc__)
     sys.path.insert(0, ".")
     asyncio.run(main())

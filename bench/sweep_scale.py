@@ -14,6 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench._cli import no_options
 from coder_chat import ChatClient
 from coder_chat.durable.markers import chat_labels
 from coder_chat.durable.sqlite import SqliteStore
@@ -59,4 +60,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    no_options(__doc__)
     asyncio.run(main())

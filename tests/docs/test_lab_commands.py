@@ -43,6 +43,8 @@ def test_lab_command_starts_from_a_fresh_clone(module: str, fresh_clone: Path) -
         cwd=fresh_clone,
         capture_output=True,
         text=True,
-        timeout=300,
+        # --help answers at once; a command that ignored it would start a whole run.
+        timeout=90,
     )
     assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert ran.stdout.startswith("usage:"), ran.stdout
