@@ -156,15 +156,19 @@ async def test_a_view_never_mixes_two_moments(backend: Backend) -> None:
     fence = await writer.begin_run(T, "wf")
     await reader.get_workflow(T, "wf")
     steps = 30
+    seen: list[tuple[int, StepView]] = []
 
     async def write() -> None:
         for n in range(1, steps + 1):
             await writer.complete_step(
                 fence, step_record(fence, n, chat_id=f"chat-{n}", last_seen_message_id=n)
             )
+            # Let the reader take at least one view per step, whatever the machine's
+            # speed, so reads and writes interleave for the whole run.
+            while len(seen) < n:
+                await asyncio.sleep(0.001)
 
-    async def read() -> list[tuple[int, StepView]]:
-        seen: list[tuple[int, StepView]] = []
+    async def read() -> None:
         cursor = 0
         while cursor < steps:
             # Alternately the step last seen finished, and the one being written now.
@@ -173,10 +177,9 @@ async def test_a_view_never_mixes_two_moments(backend: Backend) -> None:
             seen.append((k, view))
             assert view.workflow is not None
             cursor = view.workflow.last_seen_message_id or 0
-        return seen
 
-    _, seen = await asyncio.gather(write(), read())
-    assert len(seen) > steps // 2
+    await asyncio.gather(write(), read())
+    assert len(seen) >= steps
     for k, view in seen:
         assert view.workflow is not None
         cursor = view.workflow.last_seen_message_id or 0
