@@ -59,18 +59,14 @@ from coder_chat.durable.context import StepContext, StepTools
 from coder_chat.durable.records import Fence
 from coder_chat.durable.step import StepResult, StepSpec, run_step
 from coder_chat.durable.store import DurableStore
+from prefect_coder._run.imports import resolve_tools
+from prefect_coder._run.logs import log_transport, run_log
+from prefect_coder._run.runtime import Ledger, runtime
+from prefect_coder._run.task_policy import durable_task
+from prefect_coder._run.workflow import Workflow, WorkflowRun, take_epoch
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
-from prefect_coder.tasks._runtime import (
-    Ledger,
-    durable_task,
-    log_transport,
-    resolve_tools,
-    run_log,
-    runtime,
-)
-from prefect_coder.tasks.settings import WorkflowSettings
+from prefect_coder.settings import WorkflowSettings
 from prefect_coder.tasks.turns import run_turn, step_cache_key
-from prefect_coder.tasks.workflow import Workflow, WorkflowRun, take_epoch
 
 WARMUP = 5
 DEFAULT_DSN = "postgresql://127.0.0.1:5432/test"

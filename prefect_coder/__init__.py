@@ -27,7 +27,7 @@ if TYPE_CHECKING:
         WorkflowCancelled,
         WorkflowFinished,
     )
-    from prefect_coder.tasks.settings import WorkflowSettings
+    from prefect_coder.settings import WorkflowSettings
 
 _WHERE = {
     "durable_tool": "coder_chat.durable",
@@ -42,7 +42,7 @@ _WHERE = {
     "Superseded": "prefect_coder.chat",
     "WorkflowCancelled": "prefect_coder.chat",
     "WorkflowFinished": "prefect_coder.chat",
-    "WorkflowSettings": "prefect_coder.tasks.settings",
+    "WorkflowSettings": "prefect_coder.settings",
 }
 
 __all__ = [

@@ -55,40 +55,36 @@ from coder_chat.durable.step import (
     labelled_chats,
 )
 from coder_chat.durable.store import FencedOut
-from prefect_coder.blocks import CoderCredentials
-from prefect_coder.tasks._runtime import (
-    Ledger,
-    ToolLike,
-    checked_blocks,
-    resolve_tools,
-    run_log,
-    with_retries,
-)
-from prefect_coder.tasks.lifecycle import (
+from prefect_coder._run.artifacts import Progress, publish_transcript
+from prefect_coder._run.ending import (
     archive_idle_chat,
     end_failed_workflow,
     reopen_chat,
     retire_workflow_chat,
 )
-from prefect_coder.tasks.pulse import Pulse
-from prefect_coder.tasks.runs import (
-    Progress,
-    deployment_name,
+from prefect_coder._run.imports import ToolLike, resolve_tools
+from prefect_coder._run.logs import run_log
+from prefect_coder._run.marks import (
     end_cancelled_run,
     end_lost,
     end_superseded,
     marked_superseded,
+    supersede,
+)
+from prefect_coder._run.naming import (
+    deployment_name,
     name_the_run,
-    publish_transcript,
+    replay_name,
+    replaying_name,
     run_name,
     slug,
-    supersede,
     tag_refused,
     workflow_tag,
 )
-from prefect_coder.tasks.settings import WorkflowSettings
-from prefect_coder.tasks.turns import VERDICT_WORDS, run_turn, step_line
-from prefect_coder.tasks.workflow import (
+from prefect_coder._run.pulse import Pulse
+from prefect_coder._run.runtime import Ledger, checked_blocks, with_retries
+from prefect_coder._run.story import progress_line, step_line, tally
+from prefect_coder._run.workflow import (
     Began,
     Workflow,
     WorkflowRun,
@@ -98,6 +94,9 @@ from prefect_coder.tasks.workflow import (
     record_cached_step,
     take_epoch,
 )
+from prefect_coder.blocks import CoderCredentials
+from prefect_coder.settings import WorkflowSettings
+from prefect_coder.tasks.turns import run_turn
 
 M = TypeVar("M", bound=BaseModel)
 A = TypeVar("A", bound=BaseModel)
@@ -662,30 +661,6 @@ class DurableChat:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._heart
             self._heart = None
-
-
-def replay_name(workflow_id: str) -> str:
-    """The name of a run of a workflow that had finished: it takes no epoch."""
-    return f"{workflow_id} · already finished"
-
-
-def progress_line(result: StepResult) -> str:
-    """``step 2: recovered (the crashed attempt had finished; …)``: a step in the progress."""
-    why = "" if result.verdict == "ran" else f" ({VERDICT_WORDS[result.verdict]})"
-    return f"step {result.step}: {result.verdict}{why}"
-
-
-def replaying_name(workflow_id: str) -> str:
-    """The name of a run replaying a workflow that ran before, until it takes it over."""
-    return f"{workflow_id} · replaying"
-
-
-def tally(results: Sequence[StepResult]) -> str:
-    """``3 step(s), 2 ran, 1 recovered``."""
-    counts: dict[str, int] = {}
-    for result in results:
-        counts[result.verdict] = counts.get(result.verdict, 0) + 1
-    return f"{len(results)} step(s), " + ", ".join(f"{n} {v}" for v, n in counts.items())
 
 
 def _ends_workflow(exc: BaseException | None) -> bool:

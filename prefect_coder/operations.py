@@ -25,8 +25,9 @@ from coder_chat.durable.records import WorkflowRecord, WorkflowState
 from coder_chat.durable.retire import Retired
 from coder_chat.durable.store import DurableStore
 from coder_chat.durable.sweep import end_cancelled
-from prefect_coder.tasks._runtime import Runtime
-from prefect_coder.tasks.runs import note_on_run, workflow_tag
+from prefect_coder._run.marks import note_on_run
+from prefect_coder._run.naming import workflow_tag
+from prefect_coder._run.runtime import Runtime
 
 #: A workflow in one of these states can be resumed.
 RESUMABLE = frozenset({WorkflowState.FAILED, WorkflowState.CANCELLED})

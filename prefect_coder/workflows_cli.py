@@ -442,8 +442,9 @@ async def _prune(args: argparse.Namespace, target: StoreTarget) -> int:
 
 
 async def _cancel(args: argparse.Namespace, target: StoreTarget) -> int:
+    from prefect_coder._run.imports import resolve_tools
+    from prefect_coder._run.runtime import Runtime
     from prefect_coder.operations import cancel_workflow
-    from prefect_coder.tasks._runtime import Runtime, resolve_tools
 
     credentials = await _credentials(args.credentials_block)
     tools = resolve_tools(args.tool)
@@ -468,8 +469,8 @@ async def _credentials(block: str | None) -> Any:
 
 
 async def _resume(args: argparse.Namespace, target: StoreTarget) -> int:
+    from prefect_coder._run.lease import flow_run_url
     from prefect_coder.operations import resume_workflow
-    from prefect_coder.tasks.sweep import flow_run_url
 
     # Resuming reads only the store and Prefect: no Coder connection is made here.
     run = await resume_workflow(target.store, target.tenant, args.workflow_id)

@@ -5,12 +5,13 @@ from collections.abc import Sequence
 from prefect import flow
 
 from coder_chat.durable.records import WorkflowState
+from prefect_coder._run.imports import resolve_tools
+from prefect_coder._run.naming import deployment_name
+from prefect_coder._run.runtime import runtime
+from prefect_coder._run.workflow import Workflow, WorkflowRun, finish_workflow, take_epoch
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
-from prefect_coder.tasks._runtime import resolve_tools, runtime
+from prefect_coder.settings import WorkflowSettings
 from prefect_coder.tasks.lifecycle import archive_chat
-from prefect_coder.tasks.runs import deployment_name
-from prefect_coder.tasks.settings import WorkflowSettings
-from prefect_coder.tasks.workflow import Workflow, WorkflowRun, finish_workflow, take_epoch
 
 
 @flow(name="archive-workflow", flow_run_name="archive {workflow_id}")

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from prefect import flow
 
 from coder_chat.durable.step import StepResult
+from prefect_coder._run.imports import import_model
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from prefect_coder.chat import DEFAULT_SETTINGS, DurableChat
-from prefect_coder.tasks._runtime import import_model
-from prefect_coder.tasks.settings import WorkflowSettings
+from prefect_coder.settings import WorkflowSettings
 
 
 @flow(name="durable-chat")

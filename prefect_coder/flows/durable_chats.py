@@ -24,19 +24,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from coder_chat.durable.step import StepResult
 from coder_chat.durable.store import FencedOut
+from prefect_coder._run.artifacts import Progress
+from prefect_coder._run.heap import heap_frozen
+from prefect_coder._run.imports import import_model
+from prefect_coder._run.logs import run_log
+from prefect_coder._run.marks import end_lost, end_superseded, supersede
+from prefect_coder._run.naming import name_the_run, slug
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from prefect_coder.chat import DEFAULT_SETTINGS, DurableChat, StoreLost, Superseded
-from prefect_coder.tasks._heap import heap_frozen
-from prefect_coder.tasks._runtime import import_model, run_log
-from prefect_coder.tasks.runs import (
-    Progress,
-    end_lost,
-    end_superseded,
-    name_the_run,
-    slug,
-    supersede,
-)
-from prefect_coder.tasks.settings import WorkflowSettings
+from prefect_coder.settings import WorkflowSettings
 
 
 class WorkflowSpec(BaseModel):

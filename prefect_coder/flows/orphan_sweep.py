@@ -19,17 +19,12 @@ from prefect import flow
 from prefect.runtime import flow_run as current_flow_run
 
 from coder_chat.durable.records import WorkflowRecord
+from prefect_coder._run.lease import SweepLease, hold_the_sweep, take_silent_run_for_dead
+from prefect_coder._run.logs import run_log
+from prefect_coder._run.naming import name_the_run
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
-from prefect_coder.tasks._runtime import run_log
 from prefect_coder.tasks.lost_runs import relaunch_lost_runs
-from prefect_coder.tasks.runs import name_the_run
-from prefect_coder.tasks.sweep import (
-    SweepLease,
-    hold_the_sweep,
-    relaunch_workflow,
-    sweep_orphans,
-    take_silent_run_for_dead,
-)
+from prefect_coder.tasks.sweep import relaunch_workflow, sweep_orphans
 
 
 @flow(name="orphan-sweep", timeout_seconds=240)

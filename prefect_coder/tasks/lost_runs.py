@@ -35,9 +35,10 @@ from prefect.deployments.flow_runs import arun_deployment
 from prefect.states import Crashed
 
 from coder_chat.durable.records import WorkflowRecord
+from prefect_coder._run.logs import run_log
+from prefect_coder._run.naming import began_a_workflow
+from prefect_coder._run.runtime import Ledger, runtime
 from prefect_coder.blocks import CoderCredentials
-from prefect_coder.tasks._runtime import Ledger, run_log, runtime
-from prefect_coder.tasks.runs import began_a_workflow
 
 #: The tag every relaunch carries, naming the run it replaces.
 REPLACES = "prefect-coder:replaces:"

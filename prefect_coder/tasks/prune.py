@@ -19,8 +19,10 @@ from coder_chat.durable.base import ENDED_STATES
 from coder_chat.durable.records import WorkflowRecord
 from coder_chat.durable.retention import prune_sentence
 from coder_chat.settings import CoderSettings
+from prefect_coder._run.logs import run_log
+from prefect_coder._run.runtime import Ledger, checked_blocks
+from prefect_coder._run.task_policy import durable_task
 from prefect_coder.blocks import CoderCredentials, SqliteLedger
-from prefect_coder.tasks._runtime import Ledger, checked_blocks, durable_task, run_log
 
 #: The key of the table artifact each run leaves (the latest run's is on top).
 ARTIFACT_KEY = "prune-workflows"

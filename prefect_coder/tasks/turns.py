@@ -21,35 +21,11 @@ from prefect.states import Completed
 from pydantic import BaseModel
 
 from coder_chat.durable.step import StepResult, StepSpec, recover, run_step
-from prefect_coder.tasks._runtime import durable_task, run_log, story_log
-from prefect_coder.tasks.runs import slug
-from prefect_coder.tasks.workflow import WorkflowRun
-
-#: What each verdict means, for the step's log line.
-VERDICT_WORDS = {
-    "ran": "sent once and answered",
-    "recovered": "the crashed attempt had finished; its answer was read from the chat",
-    "resubmitted": "the earlier attempt was cut short, so it was sent again",
-    "stored": "finished in an earlier run; its answer came from the store",
-    "cached": "finished in an earlier run; its answer came from Prefect's result cache",
-}
-
-
-def step_line(run: WorkflowRun, result: StepResult, took: float | None = None) -> str:
-    """``Step 2 of 3: ran (sent once and answered).``; with the turn's story told, its time
-    and reply too: ``… answered) in 3.2 s: "All tests pass."``."""
-    said = f"{run.step_title(result.step)}: {result.verdict} ({VERDICT_WORDS[result.verdict]})"
-    if not run.settings.tell_turns:
-        return f"{said}."
-    when = "" if took is None else f" in {took:.1f} s"
-    return f"{said}{when}: {_quoted(result.text)}."
-
-
-def _quoted(text: str, limit: int = 160) -> str:
-    """The reply, shortened, in double quotes: Prefect shows the state's message in single
-    ones (``Completed('Step 2: ran … "All tests pass."')``)."""
-    flat = " ".join(text.split())
-    return '"' + (flat if len(flat) <= limit else flat[: limit - 1] + "…") + '"'
+from prefect_coder._run.logs import run_log, story_log
+from prefect_coder._run.naming import slug
+from prefect_coder._run.story import step_line
+from prefect_coder._run.task_policy import durable_task
+from prefect_coder._run.workflow import WorkflowRun
 
 
 def step_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:

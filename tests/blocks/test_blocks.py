@@ -27,8 +27,8 @@ from coder_chat import ChatClient, CoderConfigError
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
 from prefect_coder import DurableChat
+from prefect_coder._run.runtime import checked_blocks
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
-from prefect_coder.tasks._runtime import checked_blocks
 
 ALL_BLOCKS: list[type[Block]] = [CoderCredentials, SqliteLedger, PostgresLedger]
 ROOT = Path(__file__).resolve().parents[2]

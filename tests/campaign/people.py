@@ -32,8 +32,9 @@ from coder_chat import ChatClient
 from coder_chat.durable.records import WorkflowState
 from coder_chat.errors import CoderError, CoderStoreError
 from coder_chat.simulator import Simulator
+from prefect_coder._run.imports import resolve_tools
+from prefect_coder._run.runtime import Runtime
 from prefect_coder.operations import cancel_workflow
-from prefect_coder.tasks._runtime import Runtime, resolve_tools
 from tests.lab.children import CHARGE_CARD, Child
 from tests.lab.steps import Person, WorkflowPlan
 from tests.lab.truth import attempts, prompts, workflow_chats

@@ -12,8 +12,8 @@ from typing import Any
 
 from coder_chat.simulator import Simulator
 from coder_chat.simulator.state import Message
+from prefect_coder._run.imports import import_model
 from prefect_coder.payments import Ledger
-from prefect_coder.tasks._runtime import import_model
 from tests.lab.schemas import Verdict
 from tests.lab.steps import Step
 from tests.lab.truth import StatusLog, attempts, reply_to

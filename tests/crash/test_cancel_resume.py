@@ -11,8 +11,9 @@ import pytest
 from coder_chat import ChatClient
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
+from prefect_coder._run.imports import resolve_tools
+from prefect_coder._run.runtime import Runtime
 from prefect_coder.operations import cancel_workflow
-from prefect_coder.tasks._runtime import Runtime, resolve_tools
 from tests.lab.children import CHARGE_CARD, CrashLab
 
 from .invariants import Expect, check_invariants

@@ -157,6 +157,7 @@ async def test_a_view_never_mixes_two_moments(backend: Backend) -> None:
     await reader.get_workflow(T, "wf")
     steps = 30
     seen: list[tuple[int, StepView]] = []
+    viewed = asyncio.Event()
 
     async def write() -> None:
         for n in range(1, steps + 1):
@@ -166,7 +167,8 @@ async def test_a_view_never_mixes_two_moments(backend: Backend) -> None:
             # Let the reader take at least one view per step, whatever the machine's
             # speed, so reads and writes interleave for the whole run.
             while len(seen) < n:
-                await asyncio.sleep(0.001)
+                viewed.clear()
+                await viewed.wait()
 
     async def read() -> None:
         cursor = 0
@@ -175,6 +177,7 @@ async def test_a_view_never_mixes_two_moments(backend: Backend) -> None:
             k = min(steps, cursor + len(seen) % 2) or 1
             view = await reader.get_step_view(T, "wf", k)
             seen.append((k, view))
+            viewed.set()
             assert view.workflow is not None
             cursor = view.workflow.last_seen_message_id or 0
 

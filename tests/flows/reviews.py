@@ -12,7 +12,7 @@ from prefect.flow_engine import run_flow
 from coder_chat.durable.records import WorkflowRecord
 from coder_chat.simulator import Simulator
 from prefect_coder import DurableChat
-from prefect_coder.tasks._runtime import runtime
+from prefect_coder._run.runtime import runtime
 
 FIRST = "Read the pull request"
 

@@ -22,9 +22,9 @@ from coder_chat.durable.context import StepTools
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.store import DurableStore
 from coder_chat.simulator import Simulator
+from prefect_coder._run.naming import workflow_tag
+from prefect_coder._run.runtime import runtime
 from prefect_coder.operations import cancel_workflow, resume_workflow
-from prefect_coder.tasks._runtime import runtime
-from prefect_coder.tasks.runs import workflow_tag
 
 from .reviews import (
     AFTER_FIRST,

@@ -14,7 +14,7 @@ from coder_chat.simulator import Simulator
 from prefect_coder.blocks import SqliteLedger
 from prefect_coder.flows.archive_workflow import archive_workflow
 from prefect_coder.flows.durable_chat import durable_chat
-from prefect_coder.tasks.settings import WorkflowSettings
+from prefect_coder.settings import WorkflowSettings
 
 from .example_tools import CHARGES
 

@@ -8,7 +8,7 @@ import pytest
 
 from coder_chat.simulator import Simulator
 from prefect_coder.flows.durable_chat import durable_chat
-from prefect_coder.tasks.settings import WorkflowSettings
+from prefect_coder.settings import WorkflowSettings
 
 from .example_tools import CHARGES
 

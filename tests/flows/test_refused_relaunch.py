@@ -23,9 +23,9 @@ from prefect.logging.handlers import APILogHandler
 from coder_chat.durable.records import PromptChanged, WorkflowState
 from coder_chat.simulator import Simulator
 from prefect_coder import DurableChat
+from prefect_coder._run.naming import REFUSED
+from prefect_coder._run.runtime import runtime
 from prefect_coder.flows.orphan_sweep import orphan_sweep
-from prefect_coder.tasks._runtime import runtime
-from prefect_coder.tasks.runs import REFUSED
 
 from .support import run_logs
 

@@ -27,7 +27,7 @@ from prefect_coder import DurableChat, StoreLost, Superseded
 from prefect_coder.blocks import PostgresLedger
 from prefect_coder.flows.durable_chat import durable_chat
 from prefect_coder.flows.durable_chats import WorkflowSpec, durable_chats
-from prefect_coder.tasks.settings import WorkflowSettings
+from prefect_coder.settings import WorkflowSettings
 from tests.pgcluster import PgCluster
 from tests.pgproxy import RoundTripProxy
 

@@ -26,7 +26,7 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from coder_chat.durable.records import WorkflowRecord
 from coder_chat.durable.sqlite import SqliteStore
-from prefect_coder.tasks.pulse import PULSE
+from prefect_coder._run.pulse import PULSE
 from tests.integration.procs import (
     Proc,
     Processes,

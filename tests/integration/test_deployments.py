@@ -54,8 +54,8 @@ from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.step import StepResult
 from coder_chat.simulator import Simulator, SimulatorConfig, serve_simulator
 from coder_chat.simulator.state import Chat
+from prefect_coder._run.naming import run_name, slug
 from prefect_coder.payments import Ledger, serve_payments
-from prefect_coder.tasks.runs import run_name, slug
 from tests.integration.procs import NEEDS_PROC, Proc, Processes, clean_env, until
 from tests.integration.stack import POOL, PREFECT, ROOT, deploy_all, start_server, start_worker
 

@@ -48,7 +48,7 @@ from coder_chat.durable.records import WorkflowRecord, WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
 from coder_chat.simulator.faults import HeldRequest
-from prefect_coder.tasks.runs import REFUSED
+from prefect_coder._run.naming import REFUSED
 from tests.integration.procs import NEEDS_PROC, Proc, Processes, managed_processes, processes, until
 from tests.integration.stack import (
     PREFECT,

@@ -33,7 +33,7 @@ from prefect.client.orchestration import PrefectClient
 from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
 from prefect.client.schemas.objects import FlowRun, StateType
 
-from prefect_coder.tasks.runs import run_name, slug
+from prefect_coder._run.naming import run_name, slug
 from tests.integration.browser import (
     clear_screenshots,
     open_page,

@@ -35,7 +35,7 @@ def load_flow(path: str) -> Any:
     """The flow object at ``module:function`` (imported: the slow part)."""
     from prefect import Flow
 
-    from prefect_coder.tasks._runtime import import_object
+    from prefect_coder._run.imports import import_object
 
     found = import_object(path)
     if not isinstance(found, Flow):
@@ -58,7 +58,7 @@ async def flow_params(flow: Any, params: dict[str, Any]) -> dict[str, Any]:
     ``settings`` and the loaded block."""
     from prefect.blocks.core import Block
 
-    from prefect_coder.tasks.settings import WorkflowSettings
+    from prefect_coder.settings import WorkflowSettings
 
     flat = dict(params)
     if "settings" in flow.parameters.properties:

@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from prefect_coder.tasks._heap import heap_frozen
+from prefect_coder._run.heap import heap_frozen
 
 
 def still_frozen(count: int) -> bool:

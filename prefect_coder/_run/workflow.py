@@ -30,9 +30,9 @@ from coder_chat.durable.records import (
 )
 from coder_chat.durable.step import StepResult
 from coder_chat.durable.store import FencedOut
+from prefect_coder._run.runtime import Ledger, Runtime, runtime, with_retries
 from prefect_coder.blocks import CoderCredentials
-from prefect_coder.tasks._runtime import Ledger, Runtime, runtime, with_retries
-from prefect_coder.tasks.settings import WorkflowSettings
+from prefect_coder.settings import WorkflowSettings
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,72 @@
+"""How a workflow's chat is left at its end: archived (idle, or retired the whole way),
+reopened when a person resumes it, and a workflow that failed for good marked failed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from prefect.logging.loggers import LoggingAdapter
+
+from coder_chat import CoderApiError, CoderError
+from coder_chat.durable.records import WorkflowState
+from coder_chat.durable.retire import Retired, retire_checkpointed_chat
+from prefect_coder._run.runtime import with_retries
+from prefect_coder._run.workflow import WorkflowRun, finish_workflow
+
+
+async def retire_workflow_chat(run: WorkflowRun, report: Callable[[str], None]) -> Retired | None:
+    """Retire the chat the workflow's checkpoint points at; ``None`` when it has none."""
+    return await retire_checkpointed_chat(
+        run.runtime.store, run.fence, lambda step: run.step_context(step, report), report
+    )
+
+
+async def archive_idle_chat(run: WorkflowRun, chat_id: str) -> bool:
+    """Archive a chat the workflow's last turn left idle: one request. ``True`` when
+    that was all; ``False`` when the chat turned out not to be idle (a prompt that
+    landed late is running, Coder answered 409): the caller retires it the whole way.
+
+    The last turn saw its run end, so there is no pause to answer and nothing to stop.
+    """
+    await run.guard("archive")
+    try:
+        await run.runtime.client.archive_chat(chat_id)
+    except CoderApiError as exc:
+        if exc.status == 400 and "already archived" in exc.message:
+            return True
+        if exc.status != 409:
+            raise
+        return False
+    return True
+
+
+async def reopen_chat(run: WorkflowRun, chat_id: str, report: Callable[[str], None]) -> None:
+    """Unarchive the chat of a workflow that ended failed or cancelled and is carried on
+    now (resumed): its next step goes on in the same conversation."""
+    await run.guard("unarchive")
+    chat = await run.runtime.client.get_chat(chat_id)
+    if chat.archived:
+        await run.runtime.client.update_chat(chat_id, archived=False)
+        report(f"Chat {chat_id} was archived when workflow {run.workflow_id} ended; reopened.")
+
+
+async def end_failed_workflow(run: WorkflowRun, log: LoggingAdapter) -> bool:
+    """The workflow's run failed for good: archive its chat if asked, and mark it FAILED;
+    ``False`` when a newer run owns the workflow by then (nothing is done).
+
+    Marking it FAILED must not depend on anything else working: not on Coder
+    answering, not on the first try of the store. The sweep never relaunches a
+    FAILED workflow, and retires a chat left behind here.
+    """
+    workflow_id = run.workflow_id
+    if not await with_retries(run.guard.holds):
+        log.info(f"A newer run owns workflow {workflow_id}; its chat is left to that run.")
+        return False
+    if run.settings.archive_at_end:
+        try:
+            await with_retries(lambda: retire_workflow_chat(run, log.info))
+        except (CoderError, TimeoutError) as exc:
+            log.warning(f"Could not archive the chat of workflow {workflow_id}: {exc}")
+    await finish_workflow(run, WorkflowState.FAILED)
+    log.info(f"Workflow {workflow_id} is marked failed; the sweep will not relaunch it.")
+    return True
