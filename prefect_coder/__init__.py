@@ -2,7 +2,7 @@
 
 The public API, importable from here::
 
-    from prefect_coder import DurableChat, WorkflowSettings, durable_tool
+    from prefect_coder import DurableChat, TaskSettings, WorkflowSettings, durable_tool
     from prefect_coder import CoderCredentials, PostgresLedger, SqliteLedger
 
 Names load on first use, so ``prefect-coder simulator`` starts without importing
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
         WorkflowCancelled,
         WorkflowFinished,
     )
-    from prefect_coder.settings import WorkflowSettings
+    from prefect_coder.settings import TaskSettings, WorkflowSettings
 
 _WHERE = {
     "durable_tool": "coder_chat.durable",
@@ -42,6 +42,7 @@ _WHERE = {
     "Superseded": "prefect_coder.chat",
     "WorkflowCancelled": "prefect_coder.chat",
     "WorkflowFinished": "prefect_coder.chat",
+    "TaskSettings": "prefect_coder.settings",
     "WorkflowSettings": "prefect_coder.settings",
 }
 
@@ -55,6 +56,7 @@ __all__ = [
     "StoreLost",
     "Structured",
     "Superseded",
+    "TaskSettings",
     "WorkflowCancelled",
     "WorkflowFinished",
     "WorkflowSettings",

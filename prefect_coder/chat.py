@@ -84,6 +84,7 @@ from prefect_coder._run.naming import (
 from prefect_coder._run.pulse import Pulse
 from prefect_coder._run.runtime import Ledger, checked_blocks, with_retries
 from prefect_coder._run.story import progress_line, step_line, tally
+from prefect_coder._run.task_policy import tuned
 from prefect_coder._run.workflow import (
     Began,
     Workflow,
@@ -461,7 +462,8 @@ class DurableChat:
         return result
 
     async def _run_turn(self, step: int, prompt: str, output: type[BaseModel] | None) -> StepResult:
-        state = await run_turn(self.run, step, prompt, output, return_state=True)  # type: ignore[misc]
+        turn = tuned(run_turn, self.settings.tasks)
+        state = await turn(self.run, step, prompt, output, return_state=True)  # type: ignore[misc]
         result: StepResult = await state.aresult()
         if state.name == "Cached":  # Prefect's cache answered: nothing ran this time
             await record_cached_step(self.run, prompt, result)

@@ -1,11 +1,46 @@
-"""``WorkflowSettings``: how a durable chat's steps run, as one parameter of the run form."""
+"""``WorkflowSettings``: how a durable chat's steps run, as one parameter of the run form;
+``TaskSettings``: how our tasks retry, the one configuration every task is built from."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from coder_chat.client.options import ChatOptions
 from coder_chat.durable.context import DurableOptions
+
+
+class TaskSettings(BaseModel):
+    """How a task that failed transiently (Coder's 5xx or 429, the store restarting, a
+    segment's timeout) is tried again. Every task of ours is built with the defaults; a
+    workflow given others (``WorkflowSettings.tasks``) runs its turns with them, and any
+    task takes them with Prefect's ``with_options`` (:meth:`task_options`). A failure that
+    is not transient is never retried."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    retries: int = Field(
+        default=3,
+        ge=0,
+        title="Retries",
+        description="How many times a task that failed transiently is tried again.",
+    )
+    retry_delay_seconds: list[float] = Field(
+        default_factory=lambda: [1.0, 5.0, 15.0],
+        min_length=1,
+        title="Retry delays (seconds)",
+        description="The wait before each retry; the last one serves for any retry after it.",
+    )
+
+    def delays(self) -> list[float]:
+        """One delay per retry: the list as given, its last delay repeated as needed."""
+        given = self.retry_delay_seconds
+        return [given[min(i, len(given) - 1)] for i in range(self.retries)]
+
+    def task_options(self) -> dict[str, Any]:
+        """These settings as keyword arguments of Prefect's ``Task.with_options``."""
+        return {"retries": self.retries, "retry_delay_seconds": self.delays()}
 
 
 class WorkflowSettings(BaseModel):
@@ -69,6 +104,12 @@ class WorkflowSettings(BaseModel):
             "Log each turn as it happens in its task run: the prompt, each tool the agent "
             "calls and its outcome, reconnects, the reply (shortened). Off for large fleets."
         ),
+    )
+
+    tasks: TaskSettings = Field(
+        default_factory=TaskSettings,
+        title="Task retries",
+        description="How each turn's task is tried again after a transient failure.",
     )
 
     def options(self, deployment: str = "local") -> DurableOptions:

@@ -13,6 +13,7 @@ from coder_chat import ChatClient, CoderConfigError, is_retryable
 from coder_chat.durable.store import DurableStore
 from prefect_coder._run.logs import log_transport
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
+from prefect_coder.settings import TaskSettings
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -85,9 +86,9 @@ def _checked_block(name: str, value: object, kinds: tuple[type[T], ...]) -> T | 
     )
 
 
-#: Prefect's retries for tasks that touch the store or Coder: long enough to ride out
-#: a database restart or a burst of 5xx, and only for failures judged transient.
-RETRY_DELAYS = [1.0, 5.0, 15.0]
+#: The waits of work done outside a task (a run's begin and end) before each retry: the
+#: tasks' own defaults, long enough to ride out a database restart or a burst of 5xx.
+RETRY_DELAYS = TaskSettings().delays()
 
 
 async def with_retries(

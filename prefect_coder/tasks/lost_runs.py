@@ -18,8 +18,6 @@ import re
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import PrefectClient, get_client
 from prefect.client.schemas.filters import (
     DeploymentFilter,
@@ -38,6 +36,7 @@ from coder_chat.durable.records import WorkflowRecord
 from prefect_coder._run.logs import run_log
 from prefect_coder._run.naming import began_a_workflow
 from prefect_coder._run.runtime import Ledger, runtime
+from prefect_coder._run.task_policy import launch_task
 from prefect_coder.blocks import CoderCredentials
 
 #: The tag every relaunch carries, naming the run it replaces.
@@ -56,11 +55,7 @@ def replaces_tag(flow_run_id: uuid.UUID | str) -> str:
     return f"{REPLACES}{flow_run_id}"
 
 
-@task(
-    name="relaunch-lost-runs",
-    task_run_name="relaunch lost runs of {deployment}",
-    cache_policy=NO_CACHE,
-)
+@launch_task(name="relaunch-lost-runs", task_run_name="relaunch lost runs of {deployment}")
 async def relaunch_lost_runs(
     deployment: str,
     within_seconds: float,

@@ -7,9 +7,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from prefect import task
 from prefect.artifacts import acreate_table_artifact
-from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import PrefectClient, get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 from prefect.client.schemas.objects import FlowRun, StateType
@@ -35,7 +33,7 @@ from prefect_coder._run.logs import run_log
 from prefect_coder._run.marks import SUPERSEDED, note_on_run
 from prefect_coder._run.naming import REFUSED, run_name, slug
 from prefect_coder._run.runtime import Ledger, Runtime, runtime
-from prefect_coder._run.task_policy import durable_task
+from prefect_coder._run.task_policy import durable_task, launch_task
 from prefect_coder.blocks import CoderCredentials
 from prefect_coder.tasks.lost_runs import replaces_tag
 
@@ -268,11 +266,7 @@ async def _relaunch_cancelled(workflow: WorkflowRecord) -> bool:
     )
 
 
-@task(
-    name="relaunch-workflow",
-    task_run_name="relaunch {workflow.workflow_id}",
-    cache_policy=NO_CACHE,
-)
+@launch_task(name="relaunch-workflow", task_run_name="relaunch {workflow.workflow_id}")
 async def relaunch_workflow(
     workflow: WorkflowRecord, max_relaunches: int = 3, relaunch_start: float = 300.0
 ) -> str | None:

@@ -8,7 +8,8 @@ import pytest
 
 from coder_chat.simulator import Simulator
 from prefect_coder.flows.durable_chat import durable_chat
-from prefect_coder.settings import WorkflowSettings
+from coder_chat import CoderApiError
+from prefect_coder.settings import TaskSettings, WorkflowSettings
 
 from .example_tools import CHARGES
 
@@ -82,3 +83,26 @@ async def test_a_segment_timeout_is_retried_after_settling(sim: Simulator, coder
     assert results[1].verdict == "recovered"
     assert user_messages(sim, chat_id, "[wf-timeout/step-2]") == 1
     assert results[1].text == 'You said: "[wf-timeout/step-2] second"'
+
+
+async def test_a_workflows_task_settings_decide_how_often_its_turns_are_retried(
+    sim: Simulator, coder_env: Path
+) -> None:
+    # Coder refuses the send that makes the chat twice. One retry is not enough: the
+    # workflow fails with Coder's error (the defaults, three retries, would ride it out).
+    sim.faults.fail_next("create_chat", 503, count=2)
+    once = WorkflowSettings(tasks=TaskSettings(retries=1, retry_delay_seconds=[0.0]))
+    with pytest.raises(CoderApiError, match="503"):
+        await durable_chat(workflow_id="wf-one-retry", prompts=["first"], settings=once)
+    # Two retries are: the turn lands once.
+    sim.faults.fail_next("create_chat", 503, count=2)
+    twice = WorkflowSettings(tasks=TaskSettings(retries=2, retry_delay_seconds=[0.0]))
+    results = await durable_chat(workflow_id="wf-two-retries", prompts=["first"], settings=twice)
+    assert results[0].text == 'You said: "[wf-two-retries/step-1] first"'
+    assert user_messages(sim, results[0].chat_id, "[wf-two-retries/step-1]") == 1
+
+
+def test_task_settings_give_one_delay_per_retry() -> None:
+    assert TaskSettings().delays() == [1.0, 5.0, 15.0]
+    assert TaskSettings(retries=4, retry_delay_seconds=[2.0]).delays() == [2.0] * 4
+    assert TaskSettings(retries=0).task_options() == {"retries": 0, "retry_delay_seconds": []}
