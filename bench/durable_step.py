@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import inspect
 import os
@@ -46,7 +47,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from prefect import flow, task
+from prefect import flow, get_run_logger, task
 from prefect.client.schemas.objects import State
 from prefect.states import Completed
 from pydantic import BaseModel, SecretStr
@@ -59,12 +60,9 @@ from coder_chat.durable.context import StepContext, StepTools
 from coder_chat.durable.records import Fence
 from coder_chat.durable.step import StepResult, StepSpec, run_step
 from coder_chat.durable.store import DurableStore
-from prefect_coder._run.imports import resolve_tools
-from prefect_coder._run.logs import log_transport, run_log
-from prefect_coder._run.runtime import Ledger, runtime
-from prefect_coder._run.task_policy import durable_task
-from prefect_coder._run.workflow import Workflow, WorkflowRun, take_epoch
+from prefect_coder import DurableChat
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
+from prefect_coder.operations import Runtime
 from prefect_coder.settings import WorkflowSettings
 from prefect_coder.tasks.turns import run_turn, step_cache_key
 
@@ -143,18 +141,23 @@ async def _nothing(*args: Any, **kwargs: Any) -> State[StepResult]:
     """``run_turn``'s parameters, and a body that does nothing (its state says so, as
     ``run_turn``'s says its verdict)."""
     bound = inspect.signature(run_turn.fn).bind(*args, **kwargs).arguments
-    run: WorkflowRun = bound["run"]
+    run = bound["run"]
     result = StepResult(
         workflow_id=run.workflow_id, step=bound["step"], text="", chat_id="-", verdict="ran"
     )
     return Completed(data=result, message="nothing done")
 
 
-#: ``run_turn``'s options (the same ``durable_task``, name pattern and cache key).
-shell = durable_task(
+#: ``run_turn``'s options (its retries, name pattern, cache key and persisted result).
+shell = task(
     name="run-turn-shell",
     task_run_name=cast(str, run_turn.task_run_name),
+    retries=run_turn.retries,
+    retry_delay_seconds=run_turn.retry_delay_seconds,
+    retry_condition_fn=run_turn.retry_condition_fn,
     cache_key_fn=step_cache_key,
+    persist_result=True,
+    result_serializer="json",
 )(_nothing)
 
 
@@ -168,8 +171,13 @@ async def result_of(call: Any) -> Any:
 class Measured:
     """One variant's workflow, as its run holds it, and its next step."""
 
-    run: WorkflowRun
+    chat: DurableChat
     step: int = 0
+
+    @property
+    def run(self) -> Any:
+        """What ``run_turn`` takes: the workflow as this flow run holds it."""
+        return self.chat.run
 
     @property
     def workflow_id(self) -> str:
@@ -193,6 +201,8 @@ class Setup:
     settings: WorkflowSettings
     #: The step count shown in task run names.
     steps: int
+    #: The variants' workflows, held open (begun) until the measuring flow ends.
+    held: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
 
     @property
     def tenant(self) -> str:
@@ -214,22 +224,22 @@ class Setup:
         )
 
     async def workflow(
-        self, ledger: Ledger, name: str, settings: WorkflowSettings | None = None
+        self,
+        ledger: SqliteLedger | PostgresLedger,
+        name: str,
+        settings: WorkflowSettings | None = None,
     ) -> Measured:
-        """A workflow begun as ``DurableChat`` begins one: its epoch taken, its run built."""
-        workflow_id = f"bench-{name}-{uuid.uuid4().hex[:8]}"
-        workflow = Workflow(
-            workflow_id,
-            deployment="local",
-            flow_run_id=None,
+        """A workflow begun by ``DurableChat`` (its epoch taken, its run built), one of
+        the flow run's many (it names no run), held open until :attr:`held` closes."""
+        chat = DurableChat(
+            f"bench-{name}-{uuid.uuid4().hex[:8]}",
             credentials=self.credentials,
             ledger=ledger,
             settings=settings or self.settings,
-            tools=resolve_tools(()),
             expected_turns=self.steps,
+            owns_run=False,
         )
-        rt = runtime(self.credentials, ledger)
-        return Measured(WorkflowRun(workflow, await take_epoch(rt, workflow), rt))
+        return Measured(await self.held.enter_async_context(chat))
 
     def session(self) -> ChatSession:
         sim = self.sim
@@ -284,7 +294,9 @@ async def build_variants(setup: Setup) -> list[Variant]:
     async def turn_task_call(i: int) -> None:
         assert (await result_of(turn_task(i, return_state=True))).text
 
-    async def wf(ledger: Ledger, name: str, settings: WorkflowSettings | None = None) -> Measured:
+    async def wf(
+        ledger: SqliteLedger | PostgresLedger, name: str, settings: WorkflowSettings | None = None
+    ) -> Measured:
         return await setup.workflow(ledger, name, settings)
 
     quiet = WorkflowSettings(tell_turns=False)
@@ -366,7 +378,9 @@ async def pieces(setup: Setup, n: int) -> list[Piece]:
         status=200,
         duration=0.001,
     )
-    log = run_log()
+    log = get_run_logger()
+    # The process's shared client, made with our transport logging (``emit`` calls it).
+    shared = Runtime.from_blocks(credentials, ledger).client
 
     def timed(call: Callable[[], object]) -> list[float]:
         out = []
@@ -379,14 +393,14 @@ async def pieces(setup: Setup, n: int) -> list[Piece]:
     return [
         Piece("CoderCredentials.resolved()", timed(credentials.resolved), 2),
         Piece(
-            "runtime(credentials, ledger), all of it",
-            timed(lambda: runtime(credentials, ledger)),
+            "Runtime.from_blocks(credentials, ledger), all of it",
+            timed(lambda: Runtime.from_blocks(credentials, ledger)),
             1,
         ),
-        Piece("run_log()", timed(run_log), 1),
+        Piece("get_run_logger() (the run's logger, ours built on it)", timed(get_run_logger), 1),
         Piece(
-            f"log_transport(event) ({per_turn:.0f} events a turn)",
-            timed(lambda: log_transport(sample)),
+            f"transport event, logged ({per_turn:.0f} events a turn)",
+            timed(lambda: shared.emit(sample)),
             per_turn,
         ),
         # What a line of the step's own would cost: its verdict rides on Prefect's last
@@ -498,9 +512,10 @@ def main() -> None:
 
             @flow(name="durable-step-bench")
             async def bench() -> None:
-                variants.extend(await build_variants(setup))
-                await timed_rounds(variants, sim, args.steps, args.chunk)
-                found.extend(await pieces(setup, args.steps))
+                async with setup.held:
+                    variants.extend(await build_variants(setup))
+                    await timed_rounds(variants, sim, args.steps, args.chunk)
+                    found.extend(await pieces(setup, args.steps))
 
             asyncio.run(bench())
             print(f"  at end:   {load()}")

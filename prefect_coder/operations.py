@@ -29,6 +29,8 @@ from prefect_coder._run.marks import note_on_run
 from prefect_coder._run.naming import workflow_tag
 from prefect_coder._run.runtime import Runtime
 
+__all__ = ["RESUMABLE", "Cancelled", "Runtime", "cancel_workflow", "resume_workflow"]
+
 #: A workflow in one of these states can be resumed.
 RESUMABLE = frozenset({WorkflowState.FAILED, WorkflowState.CANCELLED})
 

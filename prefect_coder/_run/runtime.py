@@ -34,6 +34,14 @@ class Runtime:
     store: DurableStore
     tenant: str
 
+    @classmethod
+    def from_blocks(
+        cls, credentials: CoderCredentials | None = None, ledger: Ledger | None = None
+    ) -> Runtime:
+        """The process's shared client and store for these blocks (``None``: the
+        worker's environment, and the embedded SQLite store)."""
+        return runtime(credentials, ledger)
+
 
 def runtime(credentials: CoderCredentials | None, ledger: Ledger | None) -> Runtime:
     """The shared client and store for these blocks (the environment's when ``None``).

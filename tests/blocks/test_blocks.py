@@ -27,7 +27,6 @@ from coder_chat import ChatClient, CoderConfigError
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
 from prefect_coder import DurableChat
-from prefect_coder._run.runtime import checked_blocks
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
 
 ALL_BLOCKS: list[type[Block]] = [CoderCredentials, SqliteLedger, PostgresLedger]
@@ -168,14 +167,13 @@ async def test_a_coroutine_or_a_wrong_value_for_a_block_is_refused_clearly() -> 
 
     pending = aload()
     with pytest.raises(CoderConfigError, match=r"ledger is a coroutine.*await PostgresLedger"):
-        checked_blocks(None, pending)
+        DurableChat("wf", ledger=pending)  # type: ignore[arg-type]
     assert inspect.getcoroutinestate(pending) == inspect.CORO_CLOSED
     with pytest.raises(CoderConfigError, match=r"ledger is a str \('prod'\), not a SqliteLedger"):
-        checked_blocks(None, "prod")
+        DurableChat("wf", ledger="prod")  # type: ignore[arg-type]
     with pytest.raises(CoderConfigError, match=r"credentials is a dict .* CoderCredentials block"):
-        checked_blocks({"base_url": "http://x"}, None)
-    ledger = SqliteLedger(path="x")
-    assert checked_blocks(None, ledger) == (None, ledger)
+        DurableChat("wf", credentials={"base_url": "http://x"})  # type: ignore[arg-type]
+    DurableChat("wf", ledger=SqliteLedger(path="x"))  # a loaded block is taken as it is
 
 
 def test_credentials_fall_back_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

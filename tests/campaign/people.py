@@ -29,13 +29,13 @@ from functools import partial
 from typing import TypeVar
 
 from coder_chat import ChatClient
+from coder_chat.durable.context import StepTools
 from coder_chat.durable.records import WorkflowState
 from coder_chat.errors import CoderError, CoderStoreError
 from coder_chat.simulator import Simulator
-from prefect_coder._run.imports import resolve_tools
-from prefect_coder._run.runtime import Runtime
-from prefect_coder.operations import cancel_workflow
-from tests.lab.children import CHARGE_CARD, Child
+from prefect_coder.demo_tools import charge_card
+from prefect_coder.operations import Runtime, cancel_workflow
+from tests.lab.children import Child
 from tests.lab.steps import Person, WorkflowPlan
 from tests.lab.truth import attempts, prompts, workflow_chats
 from tests.lab.verdicts import Category, Findings
@@ -260,7 +260,7 @@ async def cancel_retrying(arena: Arena, workflow_id: str, record: PersonRecord) 
                 ChatClient(base_url=sim.base_url, token=sim.token) as client,
             ):
                 rt = Runtime(client, arena.store, arena.tenant)
-                tools = resolve_tools([CHARGE_CARD])
+                tools = StepTools.build([charge_card])
                 cancelled = await cancel_workflow(rt, workflow_id, tools, record.lines.append)
             record.left = {r.chat_id for r in cancelled.chats if not r.done}
             return None

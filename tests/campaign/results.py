@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from prefect.utilities.importtools import import_object
+
 from coder_chat.simulator import Simulator
 from coder_chat.simulator.state import Message
-from prefect_coder._run.imports import import_model
 from prefect_coder.payments import Ledger
 from tests.lab.schemas import Verdict
 from tests.lab.steps import Step
@@ -72,7 +73,7 @@ def step_problems(
         elif step.receipt_line(amount, receipt) not in text:
             problems.append(f"the result lacks the receipt of {amount} cents")
     if step.structured is not None:
-        model = import_model(step.schema) or Verdict
+        model = import_object(step.schema) if step.schema else Verdict
         expected = model.model_validate(step.structured).model_dump(mode="json")
         if result.get("output") != expected:
             problems.append(f"structured output {result.get('output')!r} != {expected!r}")

@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 
 from coder_chat import ChatClient
+from coder_chat.durable.context import StepTools
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
-from prefect_coder._run.imports import resolve_tools
-from prefect_coder._run.runtime import Runtime
-from prefect_coder.operations import cancel_workflow
+from prefect_coder.demo_tools import charge_card
+from prefect_coder.operations import Runtime, cancel_workflow
 from tests.lab.children import CHARGE_CARD, CrashLab
 
 from .invariants import Expect, check_invariants
@@ -44,7 +44,7 @@ async def test_a_resume_after_a_cancel_recovers_the_first_turn_a_dead_process_fi
     try:
         async with ChatClient(base_url=lab.sim.base_url, token=lab.sim.token) as client:
             rt = Runtime(client, store, lab.tenant)
-            cancelled = await cancel_workflow(rt, wf, resolve_tools([CHARGE_CARD]), lines.append)
+            cancelled = await cancel_workflow(rt, wf, StepTools.build([charge_card]), lines.append)
     finally:
         await store.close()
     chat = only_chat(lab, wf)

@@ -12,7 +12,7 @@ from prefect.flow_engine import run_flow
 from coder_chat.durable.records import WorkflowRecord
 from coder_chat.simulator import Simulator
 from prefect_coder import DurableChat
-from prefect_coder._run.runtime import runtime
+from prefect_coder.operations import Runtime
 
 FIRST = "Read the pull request"
 
@@ -53,6 +53,6 @@ async def execute(run: FlowRun) -> Any:
 
 
 async def stored(sim: Simulator, workflow_id: str) -> WorkflowRecord:
-    workflow = await runtime(None, None).store.get_workflow(str(sim.organization_id), workflow_id)
+    workflow = await Runtime.from_blocks().store.get_workflow(str(sim.organization_id), workflow_id)
     assert workflow is not None
     return workflow

@@ -22,9 +22,8 @@ from coder_chat.durable.context import StepTools
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.store import DurableStore
 from coder_chat.simulator import Simulator
-from prefect_coder._run.naming import workflow_tag
-from prefect_coder._run.runtime import runtime
-from prefect_coder.operations import cancel_workflow, resume_workflow
+from prefect_coder.operations import Runtime, cancel_workflow, resume_workflow
+from tests.names import workflow_tag
 
 from .reviews import (
     AFTER_FIRST,
@@ -48,7 +47,7 @@ async def deployment(coder_env: Path) -> Any:
 
 
 def store_of(sim: Simulator) -> tuple[DurableStore, str]:
-    return runtime(None, None).store, str(sim.organization_id)
+    return Runtime.from_blocks().store, str(sim.organization_id)
 
 
 async def runs_tagged(tag: str) -> list[FlowRun]:
@@ -66,13 +65,13 @@ async def test_a_cancelled_workflow_whose_run_is_gone_is_resumed_to_its_end(
     with pytest.raises(Crash):
         await execute(await run_from_deployment(deployment, wid))
     lines: list[str] = []
-    cancelled = await cancel_workflow(runtime(None, None), wid, StepTools(), lines.append)
+    cancelled = await cancel_workflow(Runtime.from_blocks(), wid, StepTools(), lines.append)
     workflow = await stored(sim, wid)
     assert workflow.state == WorkflowState.CANCELLED and workflow.chat_id is not None
     assert [c.action for c in cancelled.chats] == ["archived"]
     assert sim.chat(workflow.chat_id).archived
     with pytest.raises(CoderConfigError, match="not running"):
-        await cancel_workflow(runtime(None, None), wid, StepTools(), lines.append)
+        await cancel_workflow(Runtime.from_blocks(), wid, StepTools(), lines.append)
 
     AFTER_FIRST["do"] = "go on"
     resumed = await resume_workflow(*store_of(sim), wid)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import uuid
 from datetime import datetime
@@ -76,6 +77,56 @@ async def test_the_heap_found_at_the_start_is_frozen_while_the_fleet_runs(
     assert len(FREEZE_COUNTS) == 2
     assert min(FREEZE_COUNTS) > 100_000  # the whole of Prefect, not a handful
     assert gc.get_freeze_count() == 0
+
+
+def probing(prefix: str, count: int, steps: int) -> list[WorkflowSpec]:
+    """Workflows whose every step calls ``heap_probe`` (it records the freeze count)."""
+    workflows = fleet(prefix, count, steps)
+    for spec in workflows:
+        spec.prompts = [f'look /tool heap_probe {{"note": "{k}"}}' for k in range(steps)]
+    return workflows
+
+
+PROBE = ["tests.flows.example_tools:heap_probe"]
+
+
+async def test_two_fleets_in_one_process_share_one_frozen_heap(
+    sim: Simulator, coder_env: Path
+) -> None:
+    """The heap is frozen once, by the first fleet, and thawed when the last one ends:
+    a fleet that ends first leaves it frozen for the other, and none freezes it again
+    (which would add every object made since: the count would rise)."""
+    FREEZE_COUNTS.clear()
+    assert gc.get_freeze_count() == 0
+    await asyncio.gather(
+        durable_chats(workflows=probing("pair-a", 1, 1), tools=PROBE),
+        durable_chats(workflows=probing("pair-b", 2, 3), tools=PROBE),
+    )
+    assert len(FREEZE_COUNTS) == 7 and min(FREEZE_COUNTS) > 100_000
+    # A frozen object that is freed leaves the count: it can only fall while frozen.
+    assert sorted(FREEZE_COUNTS, reverse=True) == FREEZE_COUNTS
+    assert gc.get_freeze_count() == 0
+
+
+async def test_a_fleet_that_fails_still_thaws_the_heap(sim: Simulator, coder_env: Path) -> None:
+    """A concurrency limit that does not exist fails the fleet while the heap is frozen."""
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(Exception, match="no-such-limit"):
+        await durable_chats(workflows=fleet("thaw", 1, 1), concurrency_limit="no-such-limit")
+    assert gc.get_freeze_count() == 0
+
+
+async def test_a_heap_someone_else_froze_stays_as_it_was(sim: Simulator, coder_env: Path) -> None:
+    FREEZE_COUNTS.clear()
+    gc.freeze()
+    try:
+        theirs = gc.get_freeze_count()
+        await durable_chats(workflows=probing("theirs", 1, 2), tools=PROBE)
+        # Not thawed, and not frozen again (the count would have risen).
+        assert 0 < max(FREEZE_COUNTS) <= theirs
+        assert 0 < gc.get_freeze_count() <= theirs
+    finally:
+        gc.unfreeze()
 
 
 async def test_a_global_concurrency_limit_bounds_the_fleet(sim: Simulator, coder_env: Path) -> None:

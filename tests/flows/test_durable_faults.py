@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from coder_chat import CoderApiError
 from coder_chat.simulator import Simulator
 from prefect_coder.flows.durable_chat import durable_chat
-from coder_chat import CoderApiError
 from prefect_coder.settings import TaskSettings, WorkflowSettings
 
 from .example_tools import CHARGES

@@ -23,9 +23,9 @@ from prefect.logging.handlers import APILogHandler
 from coder_chat.durable.records import PromptChanged, WorkflowState
 from coder_chat.simulator import Simulator
 from prefect_coder import DurableChat
-from prefect_coder._run.naming import REFUSED
-from prefect_coder._run.runtime import runtime
 from prefect_coder.flows.orphan_sweep import orphan_sweep
+from prefect_coder.operations import Runtime
+from tests.names import REFUSED
 
 from .support import run_logs
 
@@ -115,7 +115,7 @@ async def test_a_refused_relaunch_waits_for_a_new_deployment(
     async with get_client() as client:
         said = [log.message for log in await run_logs(client, state.state_details.flow_run_id)]
     assert any(f"relaunch {refused.name!r} was refused" in line for line in said), said
-    workflow = await runtime(None, None).store.get_workflow(str(sim.organization_id), wid)
+    workflow = await Runtime.from_blocks().store.get_workflow(str(sim.organization_id), wid)
     assert workflow is not None and workflow.state == WorkflowState.RUNNING
     assert workflow.flow_run_id == str(first.id)  # left as it was
 
@@ -126,6 +126,6 @@ async def test_a_refused_relaunch_waits_for_a_new_deployment(
     assert (await sweep())["relaunched"] == 1
     [carried] = [r for r in await relaunches(wid) if r.id != refused.id]
     assert await execute(carried) == ["stored", "ran"]
-    workflow = await runtime(None, None).store.get_workflow(str(sim.organization_id), wid)
+    workflow = await Runtime.from_blocks().store.get_workflow(str(sim.organization_id), wid)
     assert workflow is not None and workflow.state == WorkflowState.FINISHED
     assert sent(sim, FIRST) == 1 and sent(sim, CHANGED) == 0 and sent(sim, SECOND) == 1

@@ -20,11 +20,11 @@ from prefect.states import Running
 
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
-from prefect_coder._run.naming import replay_name, run_name
 from prefect_coder.flows.durable_chat import durable_chat
 from prefect_coder.flows.durable_chats import WorkflowSpec, durable_chats
 from prefect_coder.flows.orphan_sweep import orphan_sweep
 from prefect_coder.settings import WorkflowSettings
+from tests.names import replay_name, run_name
 
 from .example_tools import CHARGES
 from .support import run_logs

@@ -26,7 +26,6 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from coder_chat.durable.records import WorkflowRecord
 from coder_chat.durable.sqlite import SqliteStore
-from prefect_coder._run.pulse import PULSE
 from tests.integration.procs import (
     Proc,
     Processes,
@@ -41,6 +40,7 @@ from tests.integration.stack import (
     start_simulator,
     start_worker,
 )
+from tests.names import PULSE
 from tests.pgcluster import PgCluster
 
 STARTUP_TIMEOUT = 180.0

@@ -54,10 +54,10 @@ from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.step import StepResult
 from coder_chat.simulator import Simulator, SimulatorConfig, serve_simulator
 from coder_chat.simulator.state import Chat
-from prefect_coder._run.naming import run_name, slug
 from prefect_coder.payments import Ledger, serve_payments
 from tests.integration.procs import NEEDS_PROC, Proc, Processes, clean_env, until
 from tests.integration.stack import POOL, PREFECT, ROOT, deploy_all, start_server, start_worker
+from tests.names import run_name
 
 CHARGE_CARD = "prefect_coder.demo_tools:charge_card"
 #: A workflow whose heartbeat is older than this is stranded (the sweep's budget here).
@@ -510,7 +510,7 @@ async def turn_results(client: PrefectClient, run_id: uuid.UUID) -> list[Any]:
 
 async def transcript_verdicts(client: PrefectClient, workflow_id: str) -> list[tuple[str, ...]]:
     """(step, verdict) per row of the run's published transcript artifact."""
-    key = f"transcript-{slug(workflow_id)}"
+    key = f"transcript-{workflow_id}"  # the ids here are slugs already
     artifacts = await client.read_artifacts(
         artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key]))
     )

@@ -48,7 +48,6 @@ from coder_chat.durable.records import WorkflowRecord, WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
 from coder_chat.simulator.faults import HeldRequest
-from prefect_coder._run.naming import REFUSED
 from tests.integration.procs import NEEDS_PROC, Proc, Processes, managed_processes, processes, until
 from tests.integration.stack import (
     PREFECT,
@@ -57,6 +56,7 @@ from tests.integration.stack import (
     start_server,
     start_worker,
 )
+from tests.names import REFUSED
 from tests.pgcluster import PgCluster
 
 pytestmark = [pytest.mark.timeout(600), NEEDS_PROC]

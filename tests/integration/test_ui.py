@@ -33,7 +33,6 @@ from prefect.client.orchestration import PrefectClient
 from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
 from prefect.client.schemas.objects import FlowRun, StateType
 
-from prefect_coder._run.naming import run_name, slug
 from tests.integration.browser import (
     clear_screenshots,
     open_page,
@@ -42,6 +41,7 @@ from tests.integration.browser import (
 )
 from tests.integration.procs import NEEDS_PROC, Proc, Processes, managed_processes, until
 from tests.integration.ui_stack import ui_stack
+from tests.names import run_name
 from tests.pgcluster import PgCluster
 
 from .ui_support import UI_TIMEOUT_MS, Clock
@@ -162,7 +162,7 @@ async def read_the_run(page: Page, ui: str, run: FlowRun, workflow_id: str) -> N
 
     # ... and, under Artifacts, the progress artifact: every step done.
     await page.locator("li.p-tab", has_text="Artifacts").click()
-    progress = page.get_by_text(f"progress-{slug(workflow_id)}", exact=True)
+    progress = page.get_by_text(f"progress-{workflow_id}", exact=True)
     await expect(progress.first).to_be_visible(timeout=UI_TIMEOUT_MS)
     done = f"step {len(PROMPTS)} of {len(PROMPTS)} done"
     await expect(page.get_by_text(done).first).to_be_visible(timeout=UI_TIMEOUT_MS)

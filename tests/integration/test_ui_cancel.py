@@ -47,7 +47,6 @@ from prefect.client.schemas.objects import Artifact, FlowRun, StateType
 from coder_chat.durable.markers import step_marker
 from coder_chat.durable.records import WorkflowRecord, WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
-from prefect_coder._run.naming import run_name
 from tests.fleet.truth import ChatTruth, Truth, read_truth
 from tests.integration.browser import (
     clear_screenshots,
@@ -62,6 +61,7 @@ from tests.integration.ui_support import (
     UI_TIMEOUT_MS,
     Clock,
 )
+from tests.names import run_name
 from tests.pgcluster import PgCluster
 
 BLOCK = "ui-cancel-simulator"

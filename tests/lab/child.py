@@ -34,8 +34,7 @@ def flow_path(params: dict[str, Any]) -> str:
 def load_flow(path: str) -> Any:
     """The flow object at ``module:function`` (imported: the slow part)."""
     from prefect import Flow
-
-    from prefect_coder._run.imports import import_object
+    from prefect.utilities.importtools import import_object
 
     found = import_object(path)
     if not isinstance(found, Flow):

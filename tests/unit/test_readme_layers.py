@@ -42,3 +42,25 @@ def test_the_flows_row_names_every_flow() -> None:
     row, flows = _row("| `prefect_coder/flows/`"), _defined(prefect_coder.flows, Flow)
     assert {"durable_chat", "orphan_sweep"} <= flows
     assert [f for f in sorted(flows) if f"`{f}`" not in row] == []
+
+
+def test_every_module_of_tasks_defines_a_task() -> None:
+    """``prefect_coder/tasks/`` holds tasks only: the run machinery lives in ``_run``."""
+    package = prefect_coder.tasks
+    for info in pkgutil.iter_modules(package.__path__):
+        module = importlib.import_module(f"{package.__name__}.{info.name}")
+        defined = [
+            v
+            for v in vars(module).values()
+            if isinstance(v, Task) and v.fn.__module__ == module.__name__
+        ]
+        assert defined, f"{module.__name__} defines no task: it belongs in prefect_coder/_run"
+
+
+def test_the_private_row_names_every_module_of_the_run_machinery() -> None:
+    row = _row("| `prefect_coder/_run/`")
+    modules = [
+        p.stem for p in (ROOT / "prefect_coder" / "_run").glob("*.py") if p.stem != "__init__"
+    ]
+    assert "hold" in modules
+    assert [m for m in modules if f"`{m}`" not in row] == []

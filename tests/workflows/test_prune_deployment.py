@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml  # type: ignore[import-untyped]
 from prefect.utilities.callables import parameter_schema
+from prefect.utilities.importtools import import_object
 
-from prefect_coder._run.imports import import_object
 from prefect_coder.flows.prune_workflows import prune_workflows
 
 ROOT = Path(__file__).resolve().parents[2]
