@@ -181,11 +181,11 @@ class Measured:
 
     @property
     def workflow_id(self) -> str:
-        return self.run.workflow_id
+        return self.chat.workflow_id
 
     @property
     def epoch(self) -> int:
-        return self.run.epoch
+        return self.chat.epoch
 
     def next(self) -> int:
         self.step += 1
