@@ -49,11 +49,9 @@ async def orphan_sweep(
     """Sweep the chats and workflows of one durable-chat deployment.
 
     Args:
-        target_deployment: Name of the durable_chat deployment whose chats to sweep
-            (``local`` for runs started outside a deployment).
-        orphan_age_seconds: Leave younger unowned chats alone: at least the longest
-            step deadline plus a margin, since a step checkpoints when it ends.
-        stuck_after_seconds: Interrupt a checkpointed turn live for longer than this.
+        target_deployment: The durable-chat deployment swept (``local``: runs started outside one).
+        orphan_age_seconds: Unowned chats younger are left alone (above the longest step deadline).
+        stuck_after_seconds: A checkpointed turn live for longer than this is interrupted.
         stale_heartbeat_seconds: A running workflow silent for longer is stranded.
         dry_run: Only report.
         self_heal: Relaunch stranded workflows from their deployment.
@@ -61,32 +59,18 @@ async def orphan_sweep(
         tools: Durable tools (import paths) whose committing effects the sweep may re-drive.
         credentials: Saved Coder credentials (none: the worker's environment).
         ledger: The durable-chat deployment's store (none: the embedded SQLite store).
-        lease_seconds: One pass at a time: a pass finding another pass's heartbeat younger
-            than this does nothing; an older one (its host died) is taken over. Keep it
-            below the schedule's interval, or a pass lost with its host holds off the
-            next pass due as well.
-        lost_runs_within_seconds: Relaunch runs of the deployment lost before they began
-            their workflow (crashed, or Pending past the stale-heartbeat limit) that were
-            due to start within this many seconds.
-        relaunch_start_seconds: A relaunch that has not begun its workflow this long after
-            it was made is taken for lost (its host cut off from the store, say), and the
-            workflow is relaunched again; a younger one is waited for. So is a run Running
-            this long without beginning its workflow (its host died as it started): keep
-            it above the time your flow takes to reach its first turn.
-        because: What started this pass, for its log (the deployment's triggers say which
-            event); empty for a scheduled pass or one started by hand.
-        silent_flow_run: A run of ``target_deployment`` that Prefect heard no heartbeat from
-            (``prefect.flow-run.<id>``, as the silent trigger names it): if it is still
-            Running it is marked Crashed, saying why, and its workflow relaunched.
-        wait_for_pass_seconds: When another pass is going, wait up to this long for it to
-            end and then go, rather than doing nothing (a crash it may have looked past is
-            not dropped); a pass that began after this one was asked for covers it.
+        lease_seconds: One pass at a time: another pass's heartbeat younger than this holds
+            this one off (an older one is taken over); keep it below the schedule's interval.
+        lost_runs_within_seconds: Relaunch runs lost before they began their workflow that
+            were due to start within this many seconds.
+        relaunch_start_seconds: A relaunch (or a run Running) this long without beginning its
+            workflow is taken for lost; keep it above the time your flow takes to its first turn.
+        because: What started this pass, for its log (empty: the schedule, or a person).
+        silent_flow_run: A run Prefect heard nothing from (``prefect.flow-run.<id>``): if
+            still Running, it is marked Crashed, saying why, and its workflow relaunched.
+        wait_for_pass_seconds: When another pass is going, wait up to this long for it and
+            then go, unless a pass that began after this one was asked for covers it.
     """
-    await _name_the_pass(target_deployment)
-    if because:
-        run_log().info(f"This pass was started by {because}.")
-    if silent_flow_run and self_heal and not dry_run:
-        await take_silent_run_for_dead(silent_flow_run, target_deployment, because or "silent")
     sweep = SweepPass(
         target_deployment=target_deployment,
         orphan_age=orphan_age_seconds,
@@ -101,22 +85,8 @@ async def orphan_sweep(
         lost_within=lost_runs_within_seconds,
         relaunch_start=relaunch_start_seconds,
     )
-    lease = None
-    if not dry_run:
-        lease = await hold_the_sweep(
-            target_deployment, lease_seconds, credentials, ledger, wait_for_pass_seconds
-        )
-        if lease is None:
-            return {"chats": 0, "acted": 0, "stranded": 0, "relaunched": 0, "cancelled": 0}
-    beat = asyncio.create_task(lease.keep()) if lease else None
-    try:
-        return await _one_pass(sweep, lease)
-    finally:
-        if beat is not None and lease is not None:
-            beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beat
-            await lease.end()
+    await _begin_the_pass(sweep, because, silent_flow_run)
+    return await _leased_pass(sweep, lease_seconds, wait_for_pass_seconds)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,6 +105,37 @@ class SweepPass:
     ledger: SqliteLedger | PostgresLedger | None
     lost_within: float
     relaunch_start: float
+
+
+async def _begin_the_pass(sweep: SweepPass, because: str, silent_flow_run: str) -> None:
+    """Name the pass, say what started it, and take a run that went silent for dead."""
+    target = sweep.target_deployment
+    await _name_the_pass(target)
+    if because:
+        run_log().info(f"This pass was started by {because}.")
+    if silent_flow_run and sweep.self_heal and not sweep.dry_run:
+        await take_silent_run_for_dead(silent_flow_run, target, because or "silent")
+
+
+async def _leased_pass(sweep: SweepPass, lease_seconds: float, wait_for: float) -> dict[str, int]:
+    """One pass, holding the deployment's sweep lease (a dry run takes none); nothing
+    when another pass holds it."""
+    lease = None
+    if not sweep.dry_run:
+        lease = await hold_the_sweep(
+            sweep.target_deployment, lease_seconds, sweep.credentials, sweep.ledger, wait_for
+        )
+        if lease is None:
+            return {"chats": 0, "acted": 0, "stranded": 0, "relaunched": 0, "cancelled": 0}
+    beat = asyncio.create_task(lease.keep()) if lease else None
+    try:
+        return await _one_pass(sweep, lease)
+    finally:
+        if beat is not None and lease is not None:
+            beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beat
+            await lease.end()
 
 
 async def _one_pass(sweep: SweepPass, lease: SweepLease | None) -> dict[str, int]:
