@@ -145,16 +145,6 @@ class DurableChat:
         """The flow run that held the workflow before this one, while it was running."""
         return self._hold.previous_run
 
-    @property
-    def took_over_from(self) -> str | None:
-        """The name of the run this one took over from, when it marked it superseded."""
-        return self._hold.took_over_from
-
-    @property
-    def archived_chat(self) -> str | None:
-        """The chat this run archived at the workflow's end (its id), if it did."""
-        return self._hold.archived_chat
-
     def summary(self) -> str:
         """``3 step(s), 3 ran; its chat … is archived``: how the workflow ended here."""
         return self._hold.summary()

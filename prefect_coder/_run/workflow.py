@@ -82,20 +82,8 @@ class WorkflowRun:
         return self.workflow.settings
 
     @property
-    def tools(self) -> StepTools:
-        return self.workflow.tools
-
-    @property
-    def deployment(self) -> str:
-        return self.workflow.deployment
-
-    @property
     def flow_run_id(self) -> str | None:
         return self.workflow.flow_run_id
-
-    @property
-    def expected_turns(self) -> int | None:
-        return self.workflow.expected_turns
 
     def __repr__(self) -> str:
         return f"WorkflowRun({self.workflow_id!r}, epoch={self.epoch})"
@@ -115,7 +103,8 @@ class WorkflowRun:
     @property
     def of_turns(self) -> str:
         """`` of 3`` when the flow said how many turns it takes, else nothing."""
-        return f" of {self.expected_turns}" if self.expected_turns else ""
+        turns = self.workflow.expected_turns
+        return f" of {turns}" if turns else ""
 
     def step_title(self, step: int) -> str:
         """``Step 2 of 3``; in a flow run of many workflows, ``trip-7, step 2 of 3``."""
@@ -137,7 +126,7 @@ class WorkflowRun:
             self.fence,
             self.workflow_id,
             step,
-            self.tools,
+            self.workflow.tools,
             self.options,
             report,
             first_try=first_try,

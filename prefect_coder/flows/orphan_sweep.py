@@ -19,6 +19,7 @@ from prefect import flow
 from prefect.runtime import flow_run as current_flow_run
 
 from coder_chat.durable.records import WorkflowRecord
+from coder_chat.durable.sweep import SweepPolicy
 from prefect_coder._run.lease import SweepLease, hold_the_sweep, take_silent_run_for_dead
 from prefect_coder._run.logs import run_log
 from prefect_coder._run.naming import name_the_run
@@ -61,22 +62,22 @@ async def orphan_sweep(
         ledger: The durable-chat deployment's store (none: the embedded SQLite store).
         lease_seconds: One pass at a time: another pass's heartbeat younger than this holds
             this one off (an older one is taken over); keep it below the schedule's interval.
-        lost_runs_within_seconds: Relaunch runs lost before they began their workflow that
-            were due to start within this many seconds.
+        lost_runs_within_seconds: Relaunch runs lost before their workflow began, due this recently.
         relaunch_start_seconds: A relaunch (or a run Running) this long without beginning its
             workflow is taken for lost; keep it above the time your flow takes to its first turn.
         because: What started this pass, for its log (empty: the schedule, or a person).
-        silent_flow_run: A run Prefect heard nothing from (``prefect.flow-run.<id>``): if
-            still Running, it is marked Crashed, saying why, and its workflow relaunched.
-        wait_for_pass_seconds: When another pass is going, wait up to this long for it and
-            then go, unless a pass that began after this one was asked for covers it.
+        silent_flow_run: A run gone silent (``prefect.flow-run.<id>``): if Running, marked Crashed.
+        wait_for_pass_seconds: Wait up to this long for another pass to end, then go.
     """
-    sweep = SweepPass(
-        target_deployment=target_deployment,
+    policy = SweepPolicy(
+        deployment=target_deployment,
         orphan_age=orphan_age_seconds,
         stuck_after=stuck_after_seconds,
         stale_heartbeat=stale_heartbeat_seconds,
         dry_run=dry_run,
+    )
+    sweep = SweepPass(
+        policy=policy,
         self_heal=self_heal,
         max_relaunches=max_relaunches,
         tools=tools,
@@ -93,11 +94,8 @@ async def orphan_sweep(
 class SweepPass:
     """What one pass was asked to do: the flow's parameters, as the flow documents them."""
 
-    target_deployment: str
-    orphan_age: float
-    stuck_after: float
-    stale_heartbeat: float
-    dry_run: bool
+    #: Whose chats, and which are orphans, stuck or stranded (the core's own policy).
+    policy: SweepPolicy
     self_heal: bool
     max_relaunches: int
     tools: Sequence[str]
@@ -105,6 +103,14 @@ class SweepPass:
     ledger: SqliteLedger | PostgresLedger | None
     lost_within: float
     relaunch_start: float
+
+    @property
+    def target_deployment(self) -> str:
+        return self.policy.deployment
+
+    @property
+    def dry_run(self) -> bool:
+        return self.policy.dry_run
 
 
 async def _begin_the_pass(sweep: SweepPass, because: str, silent_flow_run: str) -> None:
@@ -140,11 +146,7 @@ async def _leased_pass(sweep: SweepPass, lease_seconds: float, wait_for: float) 
 
 async def _one_pass(sweep: SweepPass, lease: SweepLease | None) -> dict[str, int]:
     summary = await sweep_orphans(
-        sweep.target_deployment,
-        sweep.orphan_age,
-        sweep.stuck_after,
-        sweep.stale_heartbeat,
-        sweep.dry_run,
+        sweep.policy,
         sweep.tools,
         sweep.credentials,
         sweep.ledger,
@@ -176,7 +178,7 @@ async def _relaunch(sweep: SweepPass, stranded: list[WorkflowRecord]) -> int:
     return relaunched + await relaunch_lost_runs(
         sweep.target_deployment,
         sweep.lost_within,
-        sweep.stale_heartbeat,
+        sweep.policy.stale_heartbeat,
         sweep.relaunch_start,
         sweep.credentials,
         sweep.ledger,

@@ -58,27 +58,18 @@ class SweepSummary(BaseModel):
     cancelled: list[str] = []
 
 
-@durable_task(name="sweep-orphans", task_run_name="sweep {deployment}")
+@durable_task(name="sweep-orphans", task_run_name="sweep {policy.deployment}")
 async def sweep_orphans(
-    deployment: str,
-    orphan_age: float,
-    stuck_after: float,
-    stale_heartbeat: float,
-    dry_run: bool = False,
+    policy: SweepPolicy,
     tools: Sequence[str] = (),
     credentials: CoderCredentials | None = None,
     ledger: Ledger | None = None,
     lease: Fence | None = None,
 ) -> SweepSummary:
-    """List every chat of ``deployment``, retire orphans, interrupt stuck turns, find stranded workflows."""
+    """List every chat of the policy's deployment, retire orphans, interrupt stuck turns,
+    find stranded workflows."""
     log = run_log()
-    policy = SweepPolicy(
-        deployment=deployment,
-        orphan_age=orphan_age,
-        stuck_after=stuck_after,
-        stale_heartbeat=stale_heartbeat,
-        dry_run=dry_run,
-    )
+    deployment, dry_run = policy.deployment, policy.dry_run
     step_tools = resolve_tools(tools)
     rt = runtime(credentials, ledger)
     report = await sweep(rt.client, rt.store, rt.tenant, policy, step_tools, log.info, lease)
