@@ -174,19 +174,6 @@ class Measured:
     chat: DurableChat
     step: int = 0
 
-    @property
-    def run(self) -> Any:
-        """What ``run_turn`` takes: the workflow as this flow run holds it."""
-        return self.chat.run
-
-    @property
-    def workflow_id(self) -> str:
-        return self.chat.workflow_id
-
-    @property
-    def epoch(self) -> int:
-        return self.chat.epoch
-
     def next(self) -> int:
         self.step += 1
         return self.step
@@ -251,7 +238,7 @@ class Setup:
 
         async def call(i: int) -> None:
             step = wf.next()
-            kwargs: dict[str, Any] = {"run": wf.run, "step": step, "prompt": f"step {step}"}
+            kwargs: dict[str, Any] = {"run": wf.chat.run, "step": step, "prompt": f"step {step}"}
             if how == "body":
                 result = cast(StepResult, (await run_turn.fn(**kwargs)).data)
             else:
@@ -268,9 +255,10 @@ class Setup:
 
         async def call(i: int) -> None:
             step = wf.next()
-            fence = Fence(tenant=self.tenant, workflow_id=wf.workflow_id, epoch=wf.epoch)
+            wid = wf.chat.workflow_id
+            fence = Fence(tenant=self.tenant, workflow_id=wid, epoch=wf.chat.run.epoch)
             options = self.settings.options()
-            ctx = StepContext(client, store, fence, wf.workflow_id, step, StepTools(), options)
+            ctx = StepContext(client, store, fence, wid, step, StepTools(), options)
             result = await run_step(ctx, StepSpec(prompt=f"step {step}"))
             assert result.verdict == "ran", result
 

@@ -137,10 +137,6 @@ class DurableChat:
         return self._hold.run
 
     @property
-    def epoch(self) -> int:
-        return self.run.epoch
-
-    @property
     def previous_run(self) -> str | None:
         """The flow run that held the workflow before this one, while it was running."""
         return self._hold.previous_run

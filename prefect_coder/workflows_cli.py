@@ -13,7 +13,7 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -79,22 +79,17 @@ def add_parser(commands: Any) -> None:
 
 def _add_reading(subcommands: Any) -> None:
     listing = add_subcommand(
-        subcommands, "list", _list, help="the workflows of a tenant, newest first"
+        subcommands, "list", _list, help="the workflows of a tenant, newest first", json=True
     )
-    listing.add_argument(
-        "--state",
-        action="append",
-        choices=[str(s) for s in WorkflowState],
-        help="only workflows in this state (repeat for several)",
+    _add_filters(listing, WorkflowState, "only workflows in this state (repeat for several)")
+    add_subcommand(
+        subcommands,
+        "show",
+        _show,
+        help="one workflow: its state, steps and chats",
+        takes_id=True,
+        json=True,
     )
-    listing.add_argument("--deployment", help="only workflows of this deployment")
-    listing.add_argument("--json", action="store_true", help="print JSON for scripts")
-
-    show = add_subcommand(
-        subcommands, "show", _show, help="one workflow: its state, steps and chats"
-    )
-    show.add_argument("workflow_id", metavar="ID", help="the workflow id")
-    show.add_argument("--json", action="store_true", help="print JSON for scripts")
 
 
 def _add_prune(subcommands: Any) -> None:
@@ -103,6 +98,7 @@ def _add_prune(subcommands: Any) -> None:
         "prune",
         _prune,
         help="delete ended workflows (with their steps, chats and ledger) older than an age",
+        json=True,
     )
     prune.add_argument(
         "--older-than",
@@ -110,15 +106,16 @@ def _add_prune(subcommands: Any) -> None:
         metavar="AGE",
         help="ended more than this long ago: 30d, 12h, 90m, 2w, 1d12h",
     )
-    prune.add_argument(
-        "--state",
-        action="append",
-        choices=[str(s) for s in ENDED_STATES],
-        help="only workflows that ended in this state (repeat; default: all three)",
+    _add_filters(
+        prune, ENDED_STATES, "only workflows that ended in this state (repeat; default: all three)"
     )
-    prune.add_argument("--deployment", help="only workflows of this deployment")
     prune.add_argument("--dry-run", action="store_true", help="say what would go, delete nothing")
-    prune.add_argument("--json", action="store_true", help="print JSON for scripts")
+
+
+def _add_filters(parser: argparse.ArgumentParser, states: Iterable[str], help: str) -> None:
+    """``--state`` (one of ``states``, repeatable) and ``--deployment``."""
+    parser.add_argument("--state", action="append", choices=[str(s) for s in states], help=help)
+    parser.add_argument("--deployment", help="only workflows of this deployment")
 
 
 def _add_cancel_and_resume(subcommands: Any) -> None:
@@ -128,8 +125,8 @@ def _add_cancel_and_resume(subcommands: Any) -> None:
         _cancel,
         help="end a running workflow for good, also one whose run is gone: its run cancelled, "
         "its turn stopped, its chat archived; nothing relaunches it",
+        takes_id=True,
     )
-    cancel.add_argument("workflow_id", metavar="ID", help="the workflow id")
     cancel.add_argument(
         "--credentials-block",
         metavar="NAME",
@@ -143,21 +140,27 @@ def _add_cancel_and_resume(subcommands: Any) -> None:
         help="a durable tool whose effect in flight may be finished before the chat is "
         "archived (repeat); without it such a chat is left for the sweep",
     )
-
-    resume = add_subcommand(
+    add_subcommand(
         subcommands,
         "resume",
         _resume,
         help="carry a failed or cancelled workflow on from its last finished step: its "
         "deployment runs again with its last run's parameters",
+        takes_id=True,
     )
-    resume.add_argument("workflow_id", metavar="ID", help="the workflow id")
 
 
 def add_subcommand(
-    subcommands: Any, name: str, action: Action, *, help: str
+    subcommands: Any,
+    name: str,
+    action: Action,
+    *,
+    help: str,
+    takes_id: bool = False,
+    json: bool = False,
 ) -> argparse.ArgumentParser:
-    """A subcommand of ``workflows`` with the store options, running ``action``."""
+    """A subcommand of ``workflows`` with the store options, running ``action``; with
+    ``takes_id`` it names one workflow, with ``json`` it can print JSON."""
     parser: argparse.ArgumentParser = subcommands.add_parser(
         name,
         help=help,
@@ -165,6 +168,10 @@ def add_subcommand(
         epilog=STORE_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    if takes_id:
+        parser.add_argument("workflow_id", metavar="ID", help="the workflow id")
+    if json:
+        parser.add_argument("--json", action="store_true", help="print JSON for scripts")
     add_store_options(parser)
     parser.set_defaults(run=lambda args: run(args, action))
     return parser

@@ -62,7 +62,7 @@ async def end_failed_workflow(run: WorkflowRun, log: LoggingAdapter) -> bool:
     if not await with_retries(run.guard.holds):
         log.info(f"A newer run owns workflow {workflow_id}; its chat is left to that run.")
         return False
-    if run.settings.archive_at_end:
+    if run.workflow.settings.archive_at_end:
         try:
             await with_retries(lambda: retire_workflow_chat(run, log.info))
         except (CoderError, TimeoutError) as exc:

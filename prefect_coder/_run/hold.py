@@ -184,7 +184,7 @@ class Hold:
 
     async def _name_run(self, name: str, log: LoggingAdapter) -> str:
         """Name this flow run ``name`` and tag it with its workflow, when it owns the run."""
-        run_id = self.run.flow_run_id
+        run_id = self.run.workflow.flow_run_id
         if not self.owns_run or run_id is None:
             return name
         tag = workflow_tag(self.workflow_id)
@@ -199,8 +199,10 @@ class Hold:
         first = "its first run" if run.epoch == 1 else f"run {run.epoch}"
         log.info(f"Workflow {self.workflow_id}: this is {first} (epoch {run.epoch}).")
         name = await self._name_run(run_name(self.workflow_id, run.epoch), log)
-        if run.flow_run_id is not None:
-            self.took_over_from = await supersede(self.previous_run, run.flow_run_id, name, log)
+        if run.workflow.flow_run_id is not None:
+            self.took_over_from = await supersede(
+                self.previous_run, run.workflow.flow_run_id, name, log
+            )
         self._pulse = Pulse(self.settings.pulse_seconds)
         self._pulse.start(name)
         self._progress = Progress(
@@ -358,7 +360,7 @@ class Hold:
         if self.owns_run and self.results:
             await publish_transcript(self.workflow_id, self.prompts, self.results, log)
         archived = None
-        if run.settings.archive_at_end:
+        if run.workflow.settings.archive_at_end:
             archived = await with_retries(lambda: self._archive(log))
         await finish_workflow(run, WorkflowState.FINISHED)
         self.archived_chat = archived
@@ -412,7 +414,7 @@ class Hold:
         many workflows, as :class:`FencedOut`, for that flow to count.
         """
         run = self.run
-        if not self.owns_run or run.flow_run_id is None:
+        if not self.owns_run or run.workflow.flow_run_id is None:
             if isinstance(exc, FencedOut):
                 return
             raise FencedOut(run.fence, None) from exc
@@ -420,18 +422,20 @@ class Hold:
         with contextlib.suppress(CoderError):  # the store may be out of reach: still over
             newer = await run.guard.newer()
             successor = newer.flow_run_id if newer is not None else None
-        if successor == run.flow_run_id:
+        if successor == run.workflow.flow_run_id:
             # The sweep took the workflow for this very run: a person cancelled it.
-            await end_cancelled_run(run.flow_run_id, self.workflow_id, log)
+            await end_cancelled_run(run.workflow.flow_run_id, self.workflow_id, log)
             raise WorkflowCancelled(str(exc)) from exc
-        await end_superseded(run.flow_run_id, successor, log)
+        await end_superseded(run.workflow.flow_run_id, successor, log)
         raise Superseded(str(exc)) from exc
 
     async def _was_superseded(self) -> bool:
         """Whether a newer run took the workflow while this one failed: its flow run was
         marked superseded, or the store holds a newer epoch. Unknown counts as no."""
         run = self.run
-        if run.flow_run_id is not None and await marked_superseded(run.flow_run_id):
+        if run.workflow.flow_run_id is not None and await marked_superseded(
+            run.workflow.flow_run_id
+        ):
             return True
         try:
             return await run.guard.newer() is not None

@@ -23,7 +23,7 @@ def step_line(run: WorkflowRun, result: StepResult, took: float | None = None) -
     """``Step 2 of 3: ran (sent once and answered).``; with the turn's story told, its time
     and reply too: ``… answered) in 3.2 s: "All tests pass."``."""
     said = f"{run.step_title(result.step)}: {result.verdict} ({VERDICT_WORDS[result.verdict]})"
-    if not run.settings.tell_turns:
+    if not run.workflow.settings.tell_turns:
         return f"{said}."
     when = "" if took is None else f" in {took:.1f} s"
     return f"{said}{when}: {_quoted(result.text)}."

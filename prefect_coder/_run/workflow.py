@@ -77,14 +77,6 @@ class WorkflowRun:
     def fence(self, fence: Fence) -> None:
         self.guard.fence = fence
 
-    @property
-    def settings(self) -> WorkflowSettings:
-        return self.workflow.settings
-
-    @property
-    def flow_run_id(self) -> str | None:
-        return self.workflow.flow_run_id
-
     def __repr__(self) -> str:
         return f"WorkflowRun({self.workflow_id!r}, epoch={self.epoch})"
 
@@ -223,7 +215,7 @@ async def heartbeat_forever(run: WorkflowRun, report: Callable[[str], None]) -> 
     make a healthy run look stranded and get it relaunched.
     """
     while True:
-        await asyncio.sleep(run.settings.heartbeat_seconds)
+        await asyncio.sleep(run.workflow.settings.heartbeat_seconds)
         try:
             await run.runtime.store.heartbeat(run.fence)
             run.guard.confirm()

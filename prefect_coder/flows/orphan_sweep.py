@@ -69,25 +69,30 @@ async def orphan_sweep(
         silent_flow_run: A run gone silent (``prefect.flow-run.<id>``): if Running, marked Crashed.
         wait_for_pass_seconds: Wait up to this long for another pass to end, then go.
     """
+    # In the policy's order: deployment, orphan age, stuck after, stale heartbeat, dry run.
     policy = SweepPolicy(
-        deployment=target_deployment,
-        orphan_age=orphan_age_seconds,
-        stuck_after=stuck_after_seconds,
-        stale_heartbeat=stale_heartbeat_seconds,
-        dry_run=dry_run,
+        target_deployment, orphan_age_seconds, stuck_after_seconds, stale_heartbeat_seconds, dry_run
     )
+    # In the order of its fields: on, at most, lost within, start within.
+    relaunch = Relaunch(self_heal, max_relaunches, lost_runs_within_seconds, relaunch_start_seconds)
     sweep = SweepPass(
-        policy=policy,
-        self_heal=self_heal,
-        max_relaunches=max_relaunches,
-        tools=tools,
-        credentials=credentials,
-        ledger=ledger,
-        lost_within=lost_runs_within_seconds,
-        relaunch_start=relaunch_start_seconds,
+        policy=policy, relaunch=relaunch, tools=tools, credentials=credentials, ledger=ledger
     )
     await _begin_the_pass(sweep, because, silent_flow_run)
     return await _leased_pass(sweep, lease_seconds, wait_for_pass_seconds)
+
+
+@dataclass(frozen=True)
+class Relaunch:
+    """Whether and how a pass relaunches what it finds stranded or lost."""
+
+    on: bool
+    #: At most this many relaunches per workflow.
+    at_most: int
+    #: Runs lost before their workflow began are relaunched when due this recently.
+    lost_within: float
+    #: A relaunch not begun this long after it was made is taken for lost.
+    start_within: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,30 +101,19 @@ class SweepPass:
 
     #: Whose chats, and which are orphans, stuck or stranded (the core's own policy).
     policy: SweepPolicy
-    self_heal: bool
-    max_relaunches: int
+    relaunch: Relaunch
     tools: Sequence[str]
     credentials: CoderCredentials | None
     ledger: SqliteLedger | PostgresLedger | None
-    lost_within: float
-    relaunch_start: float
-
-    @property
-    def target_deployment(self) -> str:
-        return self.policy.deployment
-
-    @property
-    def dry_run(self) -> bool:
-        return self.policy.dry_run
 
 
 async def _begin_the_pass(sweep: SweepPass, because: str, silent_flow_run: str) -> None:
     """Name the pass, say what started it, and take a run that went silent for dead."""
-    target = sweep.target_deployment
+    target = sweep.policy.deployment
     await _name_the_pass(target)
     if because:
         run_log().info(f"This pass was started by {because}.")
-    if silent_flow_run and sweep.self_heal and not sweep.dry_run:
+    if silent_flow_run and sweep.relaunch.on and not sweep.policy.dry_run:
         await take_silent_run_for_dead(silent_flow_run, target, because or "silent")
 
 
@@ -127,9 +121,9 @@ async def _leased_pass(sweep: SweepPass, lease_seconds: float, wait_for: float) 
     """One pass, holding the deployment's sweep lease (a dry run takes none); nothing
     when another pass holds it."""
     lease = None
-    if not sweep.dry_run:
+    if not sweep.policy.dry_run:
         lease = await hold_the_sweep(
-            sweep.target_deployment, lease_seconds, sweep.credentials, sweep.ledger, wait_for
+            sweep.policy.deployment, lease_seconds, sweep.credentials, sweep.ledger, wait_for
         )
         if lease is None:
             return {"chats": 0, "acted": 0, "stranded": 0, "relaunched": 0, "cancelled": 0}
@@ -153,7 +147,7 @@ async def _one_pass(sweep: SweepPass, lease: SweepLease | None) -> dict[str, int
         lease.fence if lease else None,
     )
     relaunched = 0
-    if sweep.self_heal and not sweep.dry_run:
+    if sweep.relaunch.on and not sweep.policy.dry_run:
         relaunched = await _relaunch(sweep, summary.stranded)
     elif summary.stranded:
         run_log().info(
@@ -173,13 +167,13 @@ async def _relaunch(sweep: SweepPass, stranded: list[WorkflowRecord]) -> int:
     """Relaunch the stranded workflows, then the runs lost before they began one."""
     relaunched = 0
     for workflow in _one_per_flow_run(stranded):
-        if await relaunch_workflow(workflow, sweep.max_relaunches, sweep.relaunch_start):
+        if await relaunch_workflow(workflow, sweep.relaunch.at_most, sweep.relaunch.start_within):
             relaunched += 1
     return relaunched + await relaunch_lost_runs(
-        sweep.target_deployment,
-        sweep.lost_within,
+        sweep.policy.deployment,
+        sweep.relaunch.lost_within,
         sweep.policy.stale_heartbeat,
-        sweep.relaunch_start,
+        sweep.relaunch.start_within,
         sweep.credentials,
         sweep.ledger,
     )

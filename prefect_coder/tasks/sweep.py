@@ -15,7 +15,6 @@ from prefect.deployments.flow_runs import arun_deployment
 from prefect.exceptions import ObjectNotFound
 from pydantic import BaseModel
 
-from coder_chat.durable.context import StepTools
 from coder_chat.durable.records import Fence, WorkflowRecord, WorkflowState
 from coder_chat.durable.retire import Retired
 from coder_chat.durable.store import DurableStore
@@ -32,7 +31,7 @@ from prefect_coder._run.lease import flow_run_url
 from prefect_coder._run.logs import run_log
 from prefect_coder._run.marks import SUPERSEDED, note_on_run
 from prefect_coder._run.naming import REFUSED, run_name, slug
-from prefect_coder._run.runtime import Ledger, Runtime, runtime
+from prefect_coder._run.runtime import Ledger, runtime
 from prefect_coder._run.task_policy import durable_task, launch_task
 from prefect_coder.blocks import CoderCredentials
 from prefect_coder.tasks.lost_runs import replaces_tag
@@ -79,10 +78,20 @@ async def sweep_orphans(
     stranded, cancelled = await _stranded(rt.store, report.stranded, running, log.info)
     if not dry_run:
         for workflow in cancelled:
-            mine = [f for f in report.findings if f.workflow_id == workflow.workflow_id]
-            labelled = [f.chat_id for f in mine]
-            retired = await _end_cancelled(rt, workflow, labelled, step_tools, policy, log.info)
-            _retold(mine, retired, workflow.workflow_id)
+            wid = workflow.workflow_id
+            mine = [f for f in report.findings if f.workflow_id == wid]
+            log.info(f"Workflow {wid}: its run was cancelled by a person, so the workflow ends.")
+            retired = await end_cancelled(
+                rt.client,
+                rt.store,
+                workflow,
+                [f.chat_id for f in mine],
+                step_tools,
+                policy.options,
+                log.info,
+            )
+            await _say_cancelled(workflow, retired, log.info)
+            _retold(mine, retired, wid)
     findings = [vars(f) for f in report.findings]
     await _publish(deployment, report.chats_seen, findings, list(stranded.values()), cancelled)
     ended = f", {len(cancelled)} cancelled by a person" if cancelled else ""
@@ -98,21 +107,11 @@ async def sweep_orphans(
     )
 
 
-async def _end_cancelled(
-    rt: Runtime,
-    workflow: WorkflowRecord,
-    labelled: list[str],
-    tools: StepTools,
-    policy: SweepPolicy,
-    report: Callable[[str], None],
-) -> list[Retired]:
-    """End a workflow whose run a person cancelled, and say so on that run; returns what
-    became of its chats."""
+async def _say_cancelled(
+    workflow: WorkflowRecord, retired: list[Retired], report: Callable[[str], None]
+) -> None:
+    """Say what ending a cancelled workflow did, here and on the run a person cancelled."""
     wid = workflow.workflow_id
-    report(f"Workflow {wid}: its run was cancelled by a person, so the workflow ends.")
-    retired = await end_cancelled(
-        rt.client, rt.store, workflow, labelled, tools, policy.options, report
-    )
     archived = [r.chat_id for r in retired if r.done]
     left = [r.chat_id for r in retired if not r.done]
     chats = (f"its chat {', '.join(archived)} is archived" if archived else "it had no chat") + (
@@ -125,7 +124,6 @@ async def _end_cancelled(
     report(said)
     if workflow.flow_run_id:
         await note_on_run(workflow.flow_run_id, said, report)
-    return retired
 
 
 def _retold(findings: list[ChatFinding], retired: list[Retired], workflow_id: str) -> None:

@@ -66,7 +66,7 @@ async def run_turn(
     """
     log, started = run_log(), time.monotonic()
     first_try = run.epoch == 1 and _first_try()
-    tell = story_log().info if run.settings.tell_turns else None
+    tell = story_log().info if run.workflow.settings.tell_turns else None
     ctx = run.step_context(step, log.info, first_try=first_try, tell=tell)
     result = await run_step(ctx, StepSpec(prompt=prompt, output_type=output))
     # A stored step said so already, in the line that says where its answer came from.
