@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from uuid import UUID
 
@@ -51,17 +51,27 @@ async def attempt_landed(arena: Arena, workflow_id: str, marker: str | None) -> 
 
 
 @dataclass
+class Armed:
+    """What a trigger set up to reach its kill: settled once the kill is made
+    (``after_kill``), taken back when the run ended first (``disarm``)."""
+
+    #: The tool call aimed at (an ``in-tool`` kill).
+    target: ChargeTarget | None = None
+    #: A hold placed on the next send, and the held request once it came.
+    hold_placed: bool = False
+    held_send: int | None = None
+    #: The flow run whose pause for a person is held (a ``paused`` kill).
+    paused_run: UUID | None = None
+
+
+@dataclass
 class Trigger:
     arena: Arena
     workflow_id: str
     kill: Kill
     #: The workflow's prompt count when the run was let go.
     baseline: int
-    target: ChargeTarget | None = None
-    held_send: int | None = None
-    armed: bool = False
-    #: The flow run whose pause for a person is held (a ``paused`` kill).
-    paused_run: UUID | None = None
+    armed: Armed = field(default_factory=Armed)
 
     def prime(self) -> None:
         if self.kill.kind == "paused":
@@ -75,10 +85,10 @@ class Trigger:
             await prompts_landed(self.arena, self.workflow_id, self.baseline + kill.nth)
             await asyncio.sleep(kill.delay)
         elif kind == "in-tool":
-            self.target = self.arena.gate.aim(self.workflow_id, kill.nth, kill.phase)
-            await self.target.reached.wait()
+            self.armed.target = self.arena.gate.aim(self.workflow_id, kill.nth, kill.phase)
+            await self.armed.target.reached.wait()
         elif kind == "paused":
-            self.paused_run = await self.arena.approvers[self.workflow_id].held()
+            self.armed.paused_run = await self.arena.approvers[self.workflow_id].held()
         else:
             await self._hold_next_send()
 
@@ -88,22 +98,22 @@ class Trigger:
         )
         chat_id = str(landed[-1].chat_id)
         await self.arena.admin.hold_send(chat_id)
-        self.armed = True
+        self.armed.hold_placed = True
         while True:
             for held in await self.arena.admin.held():
                 if held["route"] == "send_message" and held["chat_id"] == chat_id:
-                    self.held_send = int(held["id"])
+                    self.armed.held_send = int(held["id"])
                     return
             await asyncio.sleep(POLL)
 
     def after_kill(self, journaled: InFlight | None) -> None:
-        if self.target is not None:
-            self.arena.gate.settle(self.target)
+        if self.armed.target is not None:
+            self.arena.gate.settle(self.armed.target)
         if self.kill.kind == "paused":
-            self.arena.approvers[self.workflow_id].let_go(dead=self.paused_run)
-        if self.held_send is not None:
+            self.arena.approvers[self.workflow_id].let_go(dead=self.armed.paused_run)
+        if self.armed.held_send is not None:
             marker = journaled.marker if journaled else None
-            late = self._release_late(self.held_send, marker)
+            late = self._release_late(self.armed.held_send, marker)
             self.arena.background.append(asyncio.create_task(late))
 
     async def _release_late(self, held_id: int, marker: str | None) -> None:
@@ -116,11 +126,11 @@ class Trigger:
 
     async def disarm(self) -> None:
         """The run ended before the kill: take back what the trigger armed."""
-        if self.target is not None:
-            self.arena.gate.settle(self.target)
+        if self.armed.target is not None:
+            self.arena.gate.settle(self.armed.target)
         if self.kill.kind == "paused":
             self.arena.approvers[self.workflow_id].let_go()
-        if self.armed and self.held_send is None:
+        if self.armed.hold_placed and self.armed.held_send is None:
             # The admin routes remove rules only all at once: the schedule's remaining
             # knobs go with this one (noted).
             await self.arena.admin.clear()

@@ -189,7 +189,7 @@ def _limit(ev: Evidence) -> float:
         for r in ev.played.faults
         if r.fault.kind == "restart-prefect" and r.started and r.ended
     )
-    return t.stale_heartbeat + t.sweep_interval + t.heartbeat + SLACK + down
+    return t.sweep.stale_heartbeat + t.sweep_interval + t.heartbeat + SLACK + down
 
 
 def _run(ev: Evidence, wf: str, run_id: str) -> FlowRun | None:

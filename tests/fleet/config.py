@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from coder_chat.durable.sweep import SweepPolicy
+from prefect_coder.settings import WorkflowSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 #: This virtualenv's binaries, by absolute path: every host runs the same install.
@@ -27,22 +30,33 @@ CODER_PORT = 3000
 ADDRESSES = {"ctl": 10, "coder": 20, "store": 30, "w1": 41, "w2": 42, "w3": 43}
 
 
+def _lab_workflow() -> WorkflowSettings:
+    """A step's limits in the lab. A turn's silent stretch may last ``request_timeout``:
+    the lab's sleeps (at most 6 s) must fit in it on two loaded cores, or every attempt
+    is cut short and sent again. The deadline is longer than a step: a step checkpoints
+    when it ends."""
+    return WorkflowSettings(
+        request_timeout_seconds=15.0, step_deadline_seconds=60.0, heartbeat_seconds=1.0
+    )
+
+
+def _lab_sweep() -> SweepPolicy:
+    """What the sweep judges by in the lab: a running workflow silent for 10 s is
+    stranded; a chat younger than 75 s (longer than a step's deadline) may be a step's
+    that has not checkpointed yet."""
+    return SweepPolicy(orphan_age=75.0, stuck_after=600.0, stale_heartbeat=10.0)
+
+
 @dataclass(frozen=True)
 class Timings:
-    """Every limit the lab gives the product, in seconds."""
+    """Every limit the lab gives the product, in seconds: a step's (the product's own
+    ``WorkflowSettings``), the sweep's judgement (the core's ``SweepPolicy``) and the
+    sweep flow's schedule and relaunches."""
 
-    heartbeat: float = 1.0
-    #: A running workflow silent for longer is stranded (the sweep relaunches it).
-    stale_heartbeat: float = 10.0
+    workflow: WorkflowSettings = field(default_factory=_lab_workflow)
+    sweep: SweepPolicy = field(default_factory=_lab_sweep)
     #: The sweep's schedule, overriding the YAML's every-5-minutes cron.
     sweep_interval: int = 20
-    #: Longer than a step's deadline: a step checkpoints when it ends.
-    orphan_age: float = 75.0
-    stuck_after: float = 600.0
-    #: A turn's silent stretch may last this long: the lab's sleeps (at most 6 s) must
-    #: fit in it on two loaded cores, or every attempt is cut short and sent again.
-    request_timeout: float = 15.0
-    step_deadline: float = 60.0
     #: Generous: a campaign may strand one workflow several times over.
     max_relaunches: int = 10
     #: A relaunch not begun by then is taken for lost (it may have landed on a host cut
@@ -61,19 +75,21 @@ class Timings:
                 f"({self.sweep_interval}s) less a heartbeat, or a lost pass delays the next one"
             )
 
+    @property
+    def heartbeat(self) -> float:
+        return self.workflow.heartbeat_seconds
+
     def workflow_settings(self) -> dict[str, float]:
-        return {
-            "request_timeout_seconds": self.request_timeout,
-            "step_deadline_seconds": self.step_deadline,
-            "heartbeat_seconds": self.heartbeat,
-        }
+        return self.workflow.model_dump(
+            include={"request_timeout_seconds", "step_deadline_seconds", "heartbeat_seconds"}
+        )
 
     def sweep_parameters(self) -> dict[str, object]:
         return {
             "target_deployment": "durable-chat",
-            "orphan_age_seconds": self.orphan_age,
-            "stuck_after_seconds": self.stuck_after,
-            "stale_heartbeat_seconds": self.stale_heartbeat,
+            "orphan_age_seconds": self.sweep.orphan_age,
+            "stuck_after_seconds": self.sweep.stuck_after,
+            "stale_heartbeat_seconds": self.sweep.stale_heartbeat,
             "max_relaunches": self.max_relaunches,
             "relaunch_start_seconds": self.relaunch_start,
             "lease_seconds": self.sweep_lease,

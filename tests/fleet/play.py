@@ -279,7 +279,7 @@ async def _swept(fleet: Fleet, played: Played) -> bool:
     live = [c for i in ids for c in truth.workflow_chats(i) if not c.archived]
     if not live:
         return True
-    oldest_due = max(c.created_at for c in live) + timedelta(seconds=fleet.timings.orphan_age)
+    oldest_due = max(c.created_at for c in live) + timedelta(seconds=fleet.timings.sweep.orphan_age)
     due = max(oldest_due, played.all_ended or played.started)
     async with get_client() as client:
         sweeps = await deployment_runs(client, "orphan-sweep", due)
