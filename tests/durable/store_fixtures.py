@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from pathlib import Path
 
 import pytest
@@ -45,10 +46,8 @@ def backend_spec(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
 
 @pytest.fixture
 async def backend(backend_spec: Backend) -> AsyncIterator[Backend]:
-    try:
+    async with aclosing(backend_spec):
         yield backend_spec
-    finally:
-        await backend_spec.aclose()
 
 
 @pytest.fixture
@@ -64,7 +63,5 @@ def pg_spec(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
 @pytest.fixture
 async def pg(pg_spec: Backend) -> AsyncIterator[Backend]:
     """A Postgres-only backend (a fresh schema)."""
-    try:
+    async with aclosing(pg_spec):
         yield pg_spec
-    finally:
-        await pg_spec.aclose()

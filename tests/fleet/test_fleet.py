@@ -98,28 +98,20 @@ async def test_every_effect_once(played: ScheduleResult) -> None:
     assert judged(played, "double charges") + judged(played, "lost effects") == []
 
 
-async def test_every_step_keeps_its_committed_result(played: ScheduleResult) -> None:
-    assert judged(played, "lost results") == []
+#: The invariants judged by their category alone, each a test of its own: nothing found.
+INVARIANTS: list[Category] = [
+    "lost results",  # every step keeps its committed result
+    "resent finished steps",  # no finished step is sent again
+    "live orphans",  # no chat is left unarchived
+    "fenced run reached Coder",  # a superseded run reaches Coder with nothing
+    "fenced run wrote",  # a superseded run writes nothing
+    "superseded run's state",  # a superseded run ends marked superseded
+]
 
 
-async def test_no_finished_step_is_sent_again(played: ScheduleResult) -> None:
-    assert judged(played, "resent finished steps") == []
-
-
-async def test_no_chat_is_left_unarchived(played: ScheduleResult) -> None:
-    assert judged(played, "live orphans") == []
-
-
-async def test_a_superseded_run_reaches_coder_with_nothing(played: ScheduleResult) -> None:
-    assert judged(played, "fenced run reached Coder") == []
-
-
-async def test_a_superseded_run_writes_nothing(played: ScheduleResult) -> None:
-    assert judged(played, "fenced run wrote") == []
-
-
-async def test_a_superseded_run_ends_marked_superseded(played: ScheduleResult) -> None:
-    assert judged(played, "superseded run's state") == []
+@pytest.mark.parametrize("category", INVARIANTS)
+async def test_nothing_is_found_against(played: ScheduleResult, category: Category) -> None:
+    assert judged(played, category) == []
 
 
 async def test_each_persons_action_was_taken(played: ScheduleResult) -> None:

@@ -75,12 +75,19 @@ async def wait_for_state(name_part: str, state: StateType, timeout: float = 60) 
             await asyncio.sleep(0.2)
 
 
+async def refund_paused(
+    sim: Simulator, order_id: str, cents: int, complaint: str
+) -> tuple[asyncio.Task[str], FlowRun]:
+    """A refund large enough to wait for a person, started and seen paused for its answer."""
+    script_refund(sim, order_id, cents)
+    running = asyncio.create_task(refund_order(order_id=order_id, complaint=complaint))
+    return running, await wait_for_state(f"refund-{order_id}", StateType.PAUSED)
+
+
 async def test_a_large_refund_waits_for_a_person_between_turns(
     sim: Simulator, coder_env: Path, payments: Ledger
 ) -> None:
-    script_refund(sim, "8", 25_000)
-    running = asyncio.create_task(refund_order(order_id="8", complaint="Never arrived"))
-    paused = await wait_for_state("refund-8", StateType.PAUSED)
+    running, paused = await refund_paused(sim, "8", 25_000, "Never arrived")
     assert not payments.applied  # nothing is refunded while a person decides
     assert sent(sim, "[refund-8/step-2]") == 0
     # Its progress says what is done and what it waits for, while it waits.
@@ -98,9 +105,7 @@ async def test_a_large_refund_waits_for_a_person_between_turns(
 async def test_a_declined_refund_takes_the_other_branch(
     sim: Simulator, coder_env: Path, payments: Ledger
 ) -> None:
-    script_refund(sim, "9", 50_000)
-    running = asyncio.create_task(refund_order(order_id="9", complaint="Wrong size"))
-    paused = await wait_for_state("refund-9", StateType.PAUSED)
+    running, paused = await refund_paused(sim, "9", 50_000, "Wrong size")
     await aresume_flow_run(paused.id, run_input={"approved": False})
     text = await running
     assert "declined" in text and not payments.applied

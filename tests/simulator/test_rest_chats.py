@@ -246,29 +246,27 @@ async def test_dynamic_tool_rules(sim: Simulator) -> None:
         assert len(sim.chat(chat["id"]).dynamic_tools) == 250
 
 
-async def test_client_type(sim: Simulator) -> None:
+@pytest.mark.parametrize(
+    ("field", "taken", "refused", "message"),
+    [
+        # None: the field left out (client_type's default is "api").
+        ("client_type", {None: "api", "ui": "ui", "api": "api"}, "cli", "Invalid client_type."),
+        ("plan_mode", {"plan": "plan", "": ""}, "build", "Invalid plan_mode value."),
+    ],
+)
+async def test_a_create_field_takes_its_values_and_refuses_others(
+    sim: Simulator, field: str, taken: dict[str | None, str], refused: str, message: str
+) -> None:
     async with Wire(sim) as wire:
-        assert (await wire.create("hi"))["client_type"] == "api"
-        assert (await wire.create("hi", client_type="ui"))["client_type"] == "ui"
-        assert (await wire.create("hi", client_type="api"))["client_type"] == "api"
+        for given, stored in taken.items():
+            extra = {} if given is None else {field: given}
+            assert (await wire.create("hi", **extra))[field] == stored
         expect_error(
-            await wire.http.post(V2, json=wire.create_body("hi", client_type="cli")),
+            await wire.http.post(V2, json=wire.create_body("hi", **{field: refused})),
             400,
-            "Invalid client_type.",
+            message,
         )
-        assert len(sim.chats()) == 3
-
-
-async def test_plan_mode_on_create(sim: Simulator) -> None:
-    async with Wire(sim) as wire:
-        assert (await wire.create("hi", plan_mode="plan"))["plan_mode"] == "plan"
-        assert (await wire.create("hi", plan_mode=""))["plan_mode"] == ""
-        expect_error(
-            await wire.http.post(V2, json=wire.create_body("hi", plan_mode="build")),
-            400,
-            "Invalid plan_mode value.",
-        )
-        assert len(sim.chats()) == 2
+        assert len(sim.chats()) == len(taken)
 
 
 async def test_workspace_binding(sim: Simulator) -> None:

@@ -4,10 +4,9 @@ benchmarks and the simulator: a longer one does several things, each worth a nam
 from __future__ import annotations
 
 import ast
-import subprocess
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from .repo_files import ROOT, python_files
+
 LIMIT = 60
 EXEMPT = ("bench/", "coder_chat/simulator/")
 
@@ -30,14 +29,7 @@ def test_the_count_takes_decorators_and_docstrings_in() -> None:
 
 
 def test_no_function_is_over_sixty_lines() -> None:
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    files = [f for f in listed if not f.startswith(EXEMPT) and (ROOT / f).exists()]
+    files = [f for f in python_files() if not f.startswith(EXEMPT)]
     assert len(files) > 100
     found = [
         f"{path}: {name} ({length} lines)"

@@ -9,22 +9,14 @@ names of ``prefect_coder``, ``prefect_coder.settings``, ``.tasks``, ``.flows``,
 from __future__ import annotations
 
 import ast
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from .repo_files import ROOT, python_files
 
 
 def python_files_outside_the_package() -> list[Path]:
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "*.py"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    return [ROOT / f for f in listed if not f.startswith("prefect_coder/") and (ROOT / f).exists()]
+    return [ROOT / f for f in python_files() if not f.startswith("prefect_coder/")]
 
 
 def private_imports(source: str) -> Iterator[tuple[int, str]]:
