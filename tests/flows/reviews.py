@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import FlowRun
@@ -40,6 +41,12 @@ async def review(workflow_id: str) -> list[str]:
     return [r.verdict for r in chat.results]
 
 
+async def deploy(name: str) -> Any:
+    """The review flow deployed under ``name`` (its first step set to go on)."""
+    AFTER_FIRST["do"] = "go on"
+    return await (await review.ato_deployment(name=name)).aapply()
+
+
 async def run_from_deployment(deployment_id: Any, workflow_id: str) -> FlowRun:
     async with get_client() as client:
         return await client.create_flow_run_from_deployment(
@@ -56,3 +63,14 @@ async def stored(sim: Simulator, workflow_id: str) -> WorkflowRecord:
     workflow = await Runtime.from_blocks().store.get_workflow(str(sim.organization_id), workflow_id)
     assert workflow is not None
     return workflow
+
+
+async def crashed_run(deployment_id: Any, workflow_id: str) -> FlowRun:
+    """A run of the deployment whose process dies after the first step (``Crash``), its
+    workflow left running in the store; the next run goes on."""
+    AFTER_FIRST["do"] = "crash"
+    run = await run_from_deployment(deployment_id, workflow_id)
+    with pytest.raises(Crash):
+        await execute(run)
+    AFTER_FIRST["do"] = "go on"
+    return run

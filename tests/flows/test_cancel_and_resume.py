@@ -29,9 +29,9 @@ from .reviews import (
     AFTER_FIRST,
     FIRST,
     SECOND,
-    Crash,
+    crashed_run,
+    deploy,
     execute,
-    review,
     run_from_deployment,
     stored,
 )
@@ -42,8 +42,7 @@ pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.timeout(120)]
 
 @pytest.fixture
 async def deployment(coder_env: Path) -> Any:
-    AFTER_FIRST["do"] = "go on"
-    return await (await review.ato_deployment(name="reviews")).aapply()
+    return await deploy("reviews")
 
 
 def store_of(sim: Simulator) -> tuple[DurableStore, str]:
@@ -61,9 +60,7 @@ async def test_a_cancelled_workflow_whose_run_is_gone_is_resumed_to_its_end(
     sim: Simulator, deployment: Any
 ) -> None:
     wid = "review-303"
-    AFTER_FIRST["do"] = "crash"
-    with pytest.raises(Crash):
-        await execute(await run_from_deployment(deployment, wid))
+    await crashed_run(deployment, wid)
     lines: list[str] = []
     cancelled = await cancel_workflow(Runtime.from_blocks(), wid, StepTools(), lines.append)
     workflow = await stored(sim, wid)
@@ -73,7 +70,6 @@ async def test_a_cancelled_workflow_whose_run_is_gone_is_resumed_to_its_end(
     with pytest.raises(CoderConfigError, match="not running"):
         await cancel_workflow(Runtime.from_blocks(), wid, StepTools(), lines.append)
 
-    AFTER_FIRST["do"] = "go on"
     resumed = await resume_workflow(*store_of(sim), wid)
     assert await execute(resumed) == ["stored", "ran"]
     workflow = await stored(sim, wid)
@@ -107,12 +103,8 @@ async def test_a_stranded_workflow_is_resumed_and_a_live_one_is_not(
     """A workflow left running by a run that ended (the sweep gave up relaunching it, say)
     is resumed; one whose run is still going is refused, in words."""
     wid = "review-505"
-    AFTER_FIRST["do"] = "crash"
-    crashed = await run_from_deployment(deployment, wid)
-    with pytest.raises(Crash):
-        await execute(crashed)
+    crashed = await crashed_run(deployment, wid)
     assert (await stored(sim, wid)).state == WorkflowState.RUNNING
-    AFTER_FIRST["do"] = "go on"
     resumed = await resume_workflow(*store_of(sim), wid)
     async with get_client() as client:  # as if its worker had taken it up: Running
         await client.set_flow_run_state(crashed.id, Running(), force=True)

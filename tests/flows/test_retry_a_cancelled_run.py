@@ -17,16 +17,7 @@ from coder_chat.durable.records import WorkflowState
 from coder_chat.simulator import Simulator
 from prefect_coder.flows.orphan_sweep import orphan_sweep
 
-from .reviews import (
-    AFTER_FIRST,
-    FIRST,
-    SECOND,
-    Crash,
-    execute,
-    review,
-    run_from_deployment,
-    stored,
-)
+from .reviews import FIRST, SECOND, crashed_run, deploy, execute, stored
 from .support import sent
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.timeout(120)]
@@ -37,18 +28,14 @@ DEPLOYMENT = "reviews-retried"
 
 @pytest.fixture
 async def deployment(coder_env: Path) -> Any:
-    AFTER_FIRST["do"] = "go on"
-    return await (await review.ato_deployment(name=DEPLOYMENT)).aapply()
+    return await deploy(DEPLOYMENT)
 
 
 async def test_retry_on_a_cancelled_run_resumes_its_workflow(
     sim: Simulator, deployment: Any
 ) -> None:
     wid = "review-606"
-    AFTER_FIRST["do"] = "crash"  # its process killed by the worker, on the person's cancel
-    run = await run_from_deployment(deployment, wid)
-    with pytest.raises(Crash):
-        await execute(run)
+    run = await crashed_run(deployment, wid)  # killed by the worker, on the person's cancel
     async with get_client() as client:
         await client.set_flow_run_state(run.id, Cancelled(), force=True)
     assert (await orphan_sweep(target_deployment=DEPLOYMENT))["cancelled"] == 1
@@ -57,7 +44,6 @@ async def test_retry_on_a_cancelled_run_resumes_its_workflow(
     assert sim.chat(workflow.chat_id).archived
 
     # Retry, as the UI's button does it: the cancelled run is scheduled to run again.
-    AFTER_FIRST["do"] = "go on"
     async with get_client() as client:
         await client.set_flow_run_state(run.id, AwaitingRetry(), force=True)
         run = await client.read_flow_run(run.id)

@@ -10,15 +10,11 @@ import pytest
 
 from coder_chat.simulator import Simulator
 
-from .wire import EXP, NOT_FOUND, V2, Wire, expect_error
+from .wire import EXP, NOT_FOUND, V2, Wire, expect_error, text_of
 
 
 def ids(page: dict[str, Any]) -> list[int]:
     return [m["id"] for m in page["messages"]]
-
-
-def text_of(message: dict[str, Any]) -> str:
-    return "".join(p.get("text", "") for p in message["content"] if p["type"] == "text")
 
 
 async def three_turns(sim: Simulator, wire: Wire) -> tuple[str, list[int]]:
@@ -294,10 +290,7 @@ async def test_queued_prompts_are_promoted_in_order(sim: Simulator) -> None:
         for text in ("second", "third"):
             body = (await wire.send(chat_id, text)).json()
             assert body["queued"] is True, "the first turn must still be running"
-        await sim.wait_for_status(chat_id, "waiting")
-
-        page = await wire.messages(chat_id, after_id=0)
-        assert [(m["role"], text_of(m)) for m in page["messages"]] == [
+        assert await wire.settled(chat_id) == [
             ("user", "first /sleep 0.3"),
             ("assistant", 'You said: "first"'),
             ("user", "second"),
@@ -445,9 +438,7 @@ async def test_busy_behavior_interrupt_while_running(sim: Simulator) -> None:
             assert body["queued"] is True
             assert body["queued_message"]["content"] == [{"type": "text", "text": "now instead"}]
             await reader.until_status("interrupting")
-        await sim.wait_for_status(chat_id, "waiting")
-        page = await wire.messages(chat_id, after_id=0)
-        assert [(m["role"], text_of(m)) for m in page["messages"]] == [
+        assert await wire.settled(chat_id) == [
             ("user", "slow /sleep 2"),
             ("user", "now instead"),
             ("assistant", 'You said: "now instead"'),

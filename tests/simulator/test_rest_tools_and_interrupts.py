@@ -31,10 +31,6 @@ def declare(*names: str) -> list[dict[str, Any]]:
     ]
 
 
-def text_of(message: dict[str, Any]) -> str:
-    return "".join(p.get("text", "") for p in message["content"] if p["type"] == "text")
-
-
 async def paused_on_tools(
     sim: Simulator, wire: Wire, prompt: str, *names: str
 ) -> tuple[str, list[dict[str, Any]]]:

@@ -62,6 +62,12 @@ class Wire:
         body: dict[str, Any] = response.json()
         return body
 
+    async def settled(self, chat_id: str) -> list[tuple[str, str]]:
+        """The chat's whole history once its turns are done, as (role, text) pairs."""
+        await self.sim.wait_for_status(chat_id, "waiting")
+        page = await self.messages(chat_id, after_id=0)
+        return [(m["role"], text_of(m)) for m in page["messages"]]
+
     def ws_url(self, path: str) -> str:
         return self.sim.base_url.replace("http://", "ws://", 1) + path
 
@@ -132,6 +138,11 @@ def collapse_parts(trace: list[str]) -> list[str]:
 
 #: Coder's message for a chat (or a resource) the caller cannot see.
 NOT_FOUND = "Resource not found or you do not have access to this resource"
+
+
+def text_of(message: dict[str, Any]) -> str:
+    """A message's text parts, joined."""
+    return "".join(p.get("text", "") for p in message["content"] if p["type"] == "text")
 
 
 def expect_error(

@@ -43,14 +43,21 @@ async def test_the_flow_retires_orphans_and_reports(sim: Simulator, coder_env: P
     assert table and orphan in str(table[0].data)
 
 
+async def begun(
+    sim: Simulator, coder_env: Path, workflow_id: str, deployment: str, flow_run_id: str | None
+) -> None:
+    """The workflow begun in the store as ``flow_run_id``'s, running, its heartbeat now
+    stale (its process gone)."""
+    store = SqliteStore(coder_env)
+    tenant = str(sim.organization_id)
+    await store.begin_run(tenant, workflow_id, deployment=deployment, flow_run_id=flow_run_id)
+    await store.close()
+
+
 async def test_stranded_workflows_outside_a_deployment_are_reported_not_relaunched(
     sim: Simulator, coder_env: Path
 ) -> None:
-    store = SqliteStore(coder_env)
-    await store.begin_run(
-        str(sim.organization_id), "wf-stranded", deployment="nightly", flow_run_id=None
-    )
-    await store.close()
+    await begun(sim, coder_env, "wf-stranded", "nightly", flow_run_id=None)
     summary = await orphan_sweep(target_deployment="nightly", stale_heartbeat_seconds=0)
     assert summary["stranded"] == 1 and summary["relaunched"] == 0
 
@@ -85,7 +92,7 @@ async def test_a_workflow_whose_run_failed_is_never_relaunched(
 
 async def a_deployed_run(workflow_id: str, state: State[Any]) -> FlowRun:
     """A flow run of the README's own-flow example, from a deployment of it, left in
-    ``state``, its workflow begun in the store as that run's (its heartbeat now stale)."""
+    ``state``; a test that wants its workflow begun as that run's says so (``begun``)."""
     deployment_id = await (await refund_order.ato_deployment(name="shop-refunds")).aapply()
     async with get_client() as client:
         return await client.create_flow_run_from_deployment(
@@ -99,10 +106,7 @@ async def test_a_users_own_flow_is_relaunched_from_its_deployment(
     sim: Simulator, coder_env: Path
 ) -> None:
     run = await a_deployed_run("refund-5", Crashed())
-    store = SqliteStore(coder_env)
-    tenant = str(sim.organization_id)
-    await store.begin_run(tenant, "refund-5", deployment="shop-refunds", flow_run_id=str(run.id))
-    await store.close()
+    await begun(sim, coder_env, "refund-5", "shop-refunds", flow_run_id=str(run.id))
     summary = await orphan_sweep(target_deployment="shop-refunds", stale_heartbeat_seconds=0)
     assert summary["stranded"] == 1 and summary["relaunched"] == 1
     async with get_client() as client:
@@ -131,10 +135,7 @@ async def test_a_paused_or_suspended_run_is_waiting_not_stranded(
     """Suspended between turns, a run's process is gone and its heartbeat stops: it is
     waiting for a person, not stranded, and the sweep leaves it to be resumed."""
     run = await a_deployed_run("refund-6", Suspended())
-    store = SqliteStore(coder_env)
-    tenant = str(sim.organization_id)
-    await store.begin_run(tenant, "refund-6", deployment="shop-refunds", flow_run_id=str(run.id))
-    await store.close()
+    await begun(sim, coder_env, "refund-6", "shop-refunds", flow_run_id=str(run.id))
     summary = await orphan_sweep(target_deployment="shop-refunds", stale_heartbeat_seconds=0)
     assert summary["stranded"] == 0 and summary["relaunched"] == 0
 
