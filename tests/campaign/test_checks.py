@@ -5,6 +5,8 @@ and stays quiet on its honest counterpart."""
 from __future__ import annotations
 
 import asyncio
+import json
+from dataclasses import dataclass
 from datetime import timedelta
 
 import httpx
@@ -119,12 +121,28 @@ async def test_a_result_must_be_the_committed_answer(sim: Simulator) -> None:
 # -- double charges -------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Called:
+    """A step's chat whose agent called a tool, and the call."""
+
+    chat: str
+    call: str
+    #: The idempotency key the tool books the call's effect under.
+    key: str
+
+
+async def tool_called(sim: Simulator, wire: Wire, tool: str, args: dict[str, object]) -> Called:
+    text = prompt(f"/tool {tool} {json.dumps(args)}")
+    chat = await labelled_chat(wire, text, **declare(tool))
+    call = (await sim.wait_for_status(chat, "requires_action")).pending_calls[0].tool_call_id
+    return Called(chat, call, f"{sim.organization_id}/{chat}/{call}")
+
+
 async def test_one_logical_call_booked_under_two_keys_is_a_double_charge(sim: Simulator) -> None:
     tenant = str(sim.organization_id)
-    charge = '/tool charge_card {"amount_cents": 500}'
     async with Wire(sim) as wire, serve_payments() as (url, payments):
-        chat = await labelled_chat(wire, prompt(charge), **declare("charge_card"))
-        first = (await sim.wait_for_status(chat, "requires_action")).pending_calls[0].tool_call_id
+        called = await tool_called(sim, wire, "charge_card", {"amount_cents": 500})
+        chat, first = called.chat, called.call
         sim.time_out_tools(chat)  # the server re-calls: same step, same arguments, new id
         for _ in range(500):
             calls = [c.tool_call_id for c in sim.chat(chat).pending_calls]
@@ -141,15 +159,11 @@ async def test_one_logical_call_booked_under_two_keys_is_a_double_charge(sim: Si
 
 async def test_an_effect_no_step_asked_for_is_unwanted(sim: Simulator) -> None:
     """A refund after the person declined: the plan's steps ask for no such amount."""
-    tenant = str(sim.organization_id)
-    refund = '/tool issue_refund {"order_id": "7", "amount_cents": 500}'
+    body = {"order_id": "7", "amount_cents": 500}
     async with Wire(sim) as wire, serve_payments() as (url, payments):
-        chat = await labelled_chat(wire, prompt(refund), **declare("issue_refund"))
-        call = (await sim.wait_for_status(chat, "requires_action")).pending_calls[0].tool_call_id
+        called = await tool_called(sim, wire, "issue_refund", body)
         async with httpx.AsyncClient(base_url=url) as http:
-            key = f"{tenant}/{chat}/{call}"
-            body = {"order_id": "7", "amount_cents": 500}
-            await http.post("/refunds", json=body, headers={"Idempotency-Key": key})
+            await http.post("/refunds", json=body, headers={"Idempotency-Key": called.key})
         assert check_unplanned(sim, payments, [PLAN]).count("unwanted effects") == 1
         asked = WorkflowPlan(WF, (Step("tool", "refund it", (500,), verb="refunded"),), ())
         assert check_unplanned(sim, payments, [asked]).violations == []

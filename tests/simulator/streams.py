@@ -6,8 +6,10 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import websockets
 from websockets.asyncio.client import ClientConnection
 
@@ -67,6 +69,29 @@ def text_of(message: dict[str, Any]) -> str:
 def since(reader: Reader, mark: int) -> list[str]:
     """The collapsed kind trace of the events read after ``mark``."""
     return collapse_parts(kinds(reader.events[mark:]))
+
+
+@dataclass(frozen=True)
+class Told:
+    """What a prompt sent to a settled chat did: the answer to the send, and the events
+    its stream delivered from then until the turn ended."""
+
+    response: httpx.Response
+    events: list[Event]
+
+    def trace(self) -> list[str]:
+        """The collapsed kind trace of those events."""
+        return collapse_parts(kinds(self.events))
+
+
+async def told(wire: Wire, chat_id: str, after_id: int, text: str, until: str = "waiting") -> Told:
+    """Send ``text`` to a settled chat watched from ``after_id`` on, to status ``until``."""
+    async with wire.stream(chat_id, after_id=after_id) as reader:
+        await reader.frame()
+        mark = len(reader.events)
+        response = await wire.send(chat_id, text)
+        await reader.until_status(until)
+    return Told(response, reader.events[mark:])
 
 
 WatchEvent = dict[str, Any]

@@ -14,7 +14,7 @@ from websockets.exceptions import InvalidStatus
 
 from coder_chat.simulator import Simulator
 
-from .streams import committed, of_type, settled_chat, since, watching
+from .streams import committed, of_type, settled_chat, since, told, watching
 from .wire import EXP, V2, Wire, kinds
 
 
@@ -25,13 +25,9 @@ async def test_pending_status_before_running(sim: Simulator) -> None:
         assert chat["status"] == "pending"
         await sim.wait_for_status(chat["id"], "waiting")
         last = sim.messages(chat["id"])[-1].id
-        async with wire.stream(chat["id"], after_id=last) as reader:
-            await reader.frame()
-            mark = len(reader.events)
-            response = await wire.send(chat["id"], "/deltas 2 again")
-            assert response.status_code == 200
-            await reader.until_status("waiting")
-    assert since(reader, mark) == [
+        again = await told(wire, chat["id"], last, "/deltas 2 again")
+    assert again.response.status_code == 200
+    assert again.trace() == [
         "message:user",
         "status:pending",
         "preview_reset",
@@ -113,12 +109,8 @@ async def test_error_before_status(sim: Simulator) -> None:
     sim.config.era_b.error_before_status = True
     async with Wire(sim) as wire:
         chat_id, last = await settled_chat(sim, wire)
-        async with wire.stream(chat_id, after_id=last) as reader:
-            await reader.frame()
-            mark = len(reader.events)
-            await wire.send(chat_id, "/fail fatal")
-            await reader.until_status("error")
-        assert since(reader, mark) == [
+        failed = await told(wire, chat_id, last, "/fail fatal", until="error")
+        assert failed.trace() == [
             "message:user",
             "status:running",
             "preview_reset",

@@ -20,6 +20,7 @@ from .streams import (
     settled_chat,
     since,
     text_of,
+    told,
 )
 from .wire import Event, Reader, Wire, collapse_parts, kinds
 
@@ -364,12 +365,8 @@ async def test_retry_bumps_the_generation_attempt_and_restarts_seq(sim: Simulato
     async with Wire(sim) as wire:
         chat_id, last = await settled_chat(sim, wire)
         sim.faults.retry_generation(chat_id=uuid.UUID(chat_id))
-        async with wire.stream(chat_id, after_id=last) as reader:
-            await reader.frame()
-            mark = len(reader.events)
-            await wire.send(chat_id, "/deltas 6 retry me")
-            await reader.until_status("waiting")
-    assert since(reader, mark) == [
+        retried = await told(wire, chat_id, last, "/deltas 6 retry me")
+    assert retried.trace() == [
         "message:user",
         "status:running",
         "preview_reset",
@@ -378,7 +375,7 @@ async def test_retry_bumps_the_generation_attempt_and_restarts_seq(sim: Simulato
         *STREAMED_ANSWER,
         "status:waiting",
     ]
-    events = reader.events[mark:]
+    events = retried.events
     cut = next(i for i, e in enumerate(events) if e["type"] == "retry")
     before, after = events[:cut], events[cut:]
     assert seqs(before) == [1, 2, 3]
