@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
 import statistics
 import tempfile
 import time
@@ -35,6 +34,8 @@ from prefect.client.schemas.objects import FlowRun, StateType
 from bench._common import load
 from coder_chat.durable.postgres import PostgresStore
 from coder_chat.durable.records import WorkflowRecord
+from coder_chat.durable.sweep import SweepPolicy
+from prefect_coder.settings import WorkflowSettings
 from tests.fleet.config import (
     CREDENTIALS_SLUG,
     DURABLE_CHAT,
@@ -53,16 +54,13 @@ TIMEOUT = 240.0
 
 
 def shipped() -> Timings:
-    """The lab's timings set to what a user gets without setting anything."""
-    return dataclasses.replace(
-        Timings(),
-        heartbeat=30.0,
-        stale_heartbeat=120.0,
+    """The lab's timings set to what a user gets without setting anything: the product's
+    own defaults (``WorkflowSettings()``, the core's ``SweepPolicy()``, which the sweep
+    flow's parameters default to) and the shipped YAML's schedule and lease."""
+    return Timings(
+        workflow=WorkflowSettings(),
+        sweep=SweepPolicy(),
         sweep_interval=300,
-        orphan_age=900.0,
-        stuck_after=900.0,
-        request_timeout=300.0,
-        step_deadline=600.0,
         max_relaunches=3,
         relaunch_start=300.0,
         sweep_lease=30.0,
