@@ -17,6 +17,7 @@ from prefect.client.schemas.objects import FlowRun, Log, StateType
 from prefect.logging.handlers import APILogHandler
 
 from coder_chat.simulator import Simulator
+from prefect_coder import DurableChat
 
 #: The words of the refund step's prompt the scripted model answers with the refund tool.
 REFUND = "with issue_refund"
@@ -67,3 +68,19 @@ async def run_logs(client: PrefectClient, flow_run_id: UUID) -> list[Log]:
         logs += page
         if len(page) < 200:
             return logs
+
+
+class Crash(BaseException):
+    """Stands for a killed process: the workflow's end never runs."""
+
+
+async def first_then_second(
+    chat: DurableChat, first: str, second: str, *, crash: bool
+) -> list[str]:
+    """``first`` then ``second`` on ``chat``; with ``crash``, the run dies between them."""
+    async with chat:
+        await chat.turn(first)
+        if crash:
+            raise Crash
+        await chat.turn(second)
+    return [r.verdict for r in chat.results]

@@ -22,7 +22,7 @@ from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
 from prefect_coder import DurableChat, WorkflowCancelled, WorkflowSettings
 from prefect_coder.flows.orphan_sweep import orphan_sweep
-from tests.flows.support import sent
+from tests.flows.support import Crash, first_then_second, sent
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.timeout(120)]
 
@@ -30,19 +30,10 @@ FIRST = "Read the repository"
 SECOND = "Now write the report"
 
 
-class Crash(BaseException):
-    """Stands for the worker killing the run's process: the workflow's end never runs."""
-
-
 @flow
 async def two_turns(workflow_id: str, crash_after_first: bool = False) -> list[str]:
-    settings = WorkflowSettings(heartbeat_seconds=0.5)
-    async with DurableChat(workflow_id, settings=settings) as chat:
-        await chat.turn(FIRST)
-        if crash_after_first:
-            raise Crash
-        await chat.turn(SECOND)
-    return [r.verdict for r in chat.results]
+    chat = DurableChat(workflow_id, settings=WorkflowSettings(heartbeat_seconds=0.5))
+    return await first_then_second(chat, FIRST, SECOND, crash=crash_after_first)
 
 
 async def stored(db: Path, sim: Simulator, workflow_id: str) -> WorkflowRecord:

@@ -23,7 +23,7 @@ from coder_chat.durable.records import WorkflowState
 from coder_chat.simulator import Simulator
 from prefect_coder import DurableChat, PostgresLedger, SqliteLedger
 from tests.durable.backends import Backend
-from tests.flows.support import sent
+from tests.flows.support import Crash, first_then_second, sent
 
 from .support import Cli
 
@@ -31,10 +31,6 @@ pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.timeout(120)]
 
 FIRST = "Read the pull request"
 SECOND = "Write the review"
-
-
-class Crash(BaseException):
-    """Stands for a killed process: the workflow's end never runs."""
 
 
 @flow
@@ -51,12 +47,9 @@ async def review(
             dsn=SecretStr(os.environ["PREFECT_CODER_POSTGRES_DSN"]), db_schema=postgres_schema
         )
     )
-    async with DurableChat(workflow_id, ledger=ledger) as chat:
-        await chat.turn(FIRST)
-        if crash:
-            raise Crash
-        await chat.turn(SECOND)
-    return [r.verdict for r in chat.results]
+    return await first_then_second(
+        DurableChat(workflow_id, ledger=ledger), FIRST, SECOND, crash=crash
+    )
 
 
 async def execute(run_id: UUID) -> Any:
