@@ -19,6 +19,7 @@ import pytest
 from coder_chat.durable.markers import step_marker
 from coder_chat.durable.records import LedgerEntry
 from coder_chat.simulator.state import Chat
+from prefect_coder.payments import Outcome, Phase
 from tests.lab.children import CHARGE_CARD, Child, CrashLab
 
 from .invariants import Expect, attempts_of, check_invariants
@@ -203,17 +204,26 @@ async def finish_tool_workflow(lab: CrashLab, wf: str, step: int) -> list[dict[s
     return results
 
 
-@pytest.mark.parametrize("step", TOOL_STEPS)
-async def test_point_6_ledger_committing_effect_not_applied(lab: CrashLab, step: int) -> None:
-    wf = f"wf-crash-6-{step}"
-    lab.payments.hold("before")
+async def crash_while_charging(
+    lab: CrashLab, wf: str, step: int, phase: Phase, *, then: Outcome
+) -> list[LedgerEntry]:
+    """Kill the run while the payments service holds its charge (``phase``: before or
+    after applying it), then let the held charge ``then`` drop or go through; returns the
+    ledger's entries as the crash left them."""
+    lab.payments.hold(phase)
 
     async def hold(child: Child) -> None:
         held = await lab.held(lab.payments.wait_held(timeout=90), child, "charge held")
         await lab.crash(child)
-        lab.payments.decide(held.id, "drop")
+        lab.payments.decide(held.id, then)
 
-    entries = await crash_in_tool(lab, wf, step, hold)
+    return await crash_in_tool(lab, wf, step, hold)
+
+
+@pytest.mark.parametrize("step", TOOL_STEPS)
+async def test_point_6_ledger_committing_effect_not_applied(lab: CrashLab, step: int) -> None:
+    wf = f"wf-crash-6-{step}"
+    entries = await crash_while_charging(lab, wf, step, "before", then="drop")
     assert [e.state for e in entries] == ["committing"]
     assert lab.payments.applied == {}
     await finish_tool_workflow(lab, wf, step)
@@ -224,14 +234,7 @@ async def test_point_6_ledger_committing_effect_not_applied(lab: CrashLab, step:
 @pytest.mark.parametrize("step", TOOL_STEPS)
 async def test_point_7_effect_applied_ledger_not_done(lab: CrashLab, step: int) -> None:
     wf = f"wf-crash-7-{step}"
-    lab.payments.hold("after")
-
-    async def hold(child: Child) -> None:
-        held = await lab.held(lab.payments.wait_held(timeout=90), child, "charge held")
-        await lab.crash(child)
-        lab.payments.decide(held.id, "release")
-
-    entries = await crash_in_tool(lab, wf, step, hold)
+    entries = await crash_while_charging(lab, wf, step, "after", then="release")
     assert [e.state for e in entries] == ["committing"]
     key = entries[0].idempotency_key
     assert lab.payments.applied == {key: 1}
