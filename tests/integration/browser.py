@@ -11,11 +11,15 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from playwright.async_api import Browser, Page, async_playwright
 
+from tests.pgcluster import PgCluster
+
+from .procs import Processes, managed_processes
 from .ui_support import loopback_only
 
 CHROMIUM = Path(os.environ.get("PREFECT_CODER_CHROMIUM", "/usr/bin/chromium"))
@@ -47,6 +51,28 @@ async def chromium(executable: Path) -> AsyncIterator[Browser]:
             yield browser
         finally:
             await browser.close()
+
+
+@dataclass(frozen=True)
+class BrowserLab:
+    """What a browser test begins with: its processes, the browser, and a PostgreSQL of
+    its own for Prefect's server (on SQLite, a loaded machine makes the run form's "Run"
+    fail with "database is locked")."""
+
+    procs: Processes
+    browser_path: Path
+    database: str
+
+
+@contextlib.asynccontextmanager
+async def browser_lab(tmp: Path, screenshots: str) -> AsyncIterator[BrowserLab]:
+    """Chromium required, the test's earlier ``screenshots*.png`` cleared, a private
+    PostgreSQL, and the test's processes, all stopped on the way out."""
+    browser_path = require_chromium()
+    clear_screenshots(screenshots)
+    with PgCluster() as pg:
+        async with managed_processes(tmp) as procs:
+            yield BrowserLab(procs, browser_path, pg.dsn)
 
 
 def clear_screenshots(prefix: str) -> None:

@@ -19,6 +19,7 @@ the new file under the same deployment name.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import sys
@@ -31,7 +32,6 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 from prefect.client.schemas.objects import FlowRun
-from prefect.settings import PREFECT_API_URL
 from prefect.states import Crashed
 
 from coder_chat.durable.records import WorkflowState
@@ -41,11 +41,11 @@ from prefect_coder.flows.orphan_sweep import orphan_sweep
 from tests.integration.procs import (
     Proc,
     Processes,
-    clean_env,
     managed_processes,
     until,
     wait_for_line,
 )
+from tests.integration.team import REVIEW_SOURCE, serving_env
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.timeout(600)]
 
@@ -59,19 +59,7 @@ SHORTER = "Review it in three lines /sleep 10"
 SUM = "Sum it up"
 TIMEOUT = 180.0
 
-SOURCE = """
-from prefect import flow
-from prefect_coder import DurableChat
-
-
-@flow(name="versioned-review")
-async def review(workflow_id: str) -> list[str]:
-    async with DurableChat(workflow_id) as chat:
-        await chat.turn({read!r})
-{second}
-        await chat.turn({sum!r})
-    return [r.verdict for r in chat.results]
-"""
+SOURCE = functools.partial(REVIEW_SOURCE.format, flow="versioned-review", version=None)
 PLAIN_SECOND = f"        await chat.turn({REVIEW!r})"
 PATCHED_SECOND = textwrap.indent(
     textwrap.dedent(
@@ -83,9 +71,9 @@ PATCHED_SECOND = textwrap.indent(
     ),
     " " * 8,
 )
-V1 = SOURCE.format(read=READ, second=PLAIN_SECOND, sum=SUM)
-V2 = SOURCE.format(read=READ, second=PATCHED_SECOND, sum=SUM)
-V3 = SOURCE.format(read=CAREFULLY, second=PATCHED_SECOND, sum=SUM)
+V1 = SOURCE(read=READ, second=PLAIN_SECOND, sum=SUM)
+V2 = SOURCE(read=READ, second=PATCHED_SECOND, sum=SUM)
+V3 = SOURCE(read=CAREFULLY, second=PATCHED_SECOND, sum=SUM)
 
 
 class Team:
@@ -121,16 +109,7 @@ async def test_deployed_code_changes_under_running_workflows(
 ) -> None:
     folder = tmp_path / "team"
     folder.mkdir()
-    env = {
-        **clean_env(),
-        **sim.env(),
-        "PREFECT_API_URL": str(PREFECT_API_URL.value()),
-        "PREFECT_HOME": str(tmp_path / "prefect-home"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_RUNNER_POLL_FREQUENCY": "1",
-        "PREFECT_CODER_SQLITE_PATH": str(coder_env),
-        "PYTHONUNBUFFERED": "1",
-    }
+    env = serving_env(sim, tmp_path / "prefect-home", coder_env)
     tenant = str(sim.organization_id)
     async with managed_processes(tmp_path) as procs:
         team = Team(procs, folder, env)

@@ -56,6 +56,7 @@ from tests.integration.stack import (
     start_server,
     start_worker,
 )
+from tests.integration.team import REVIEW_SOURCE
 from tests.names import REFUSED
 from tests.pgcluster import PgCluster
 
@@ -73,20 +74,6 @@ REVIEW = "Review it line by line"
 SHORT = "Review it in three lines"
 EDITED = "Review it in two lines"
 SUM = "Sum it up"
-
-FLOW_SOURCE = """\
-from prefect import flow
-from prefect_coder import DurableChat
-
-
-@flow(name={flow!r}, version={version!r})
-async def code_review(workflow_id: str) -> list[str]:
-    async with DurableChat(workflow_id) as chat:
-        await chat.turn({read!r})
-{second}
-        await chat.turn({sum!r})
-    return [r.verdict for r in chat.results]
-"""
 
 
 def second_step(new: str | None) -> str:
@@ -115,7 +102,7 @@ pull:
 deployments:
   - name: {deployment}
     version: {version}
-    entrypoint: review.py:code_review
+    entrypoint: review.py:review
     work_pool: {{name: {pool}}}
 
   - name: {sweep}
@@ -144,7 +131,7 @@ class Team:
         release = self.root / "releases" / version
         if not release.exists():
             release.mkdir(parents=True)
-            flow = FLOW_SOURCE.format(
+            flow = REVIEW_SOURCE.format(
                 flow=FLOW,
                 version=version,
                 read=READ,

@@ -18,14 +18,14 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.flow_runs import aresume_flow_run
-from prefect.settings import PREFECT_API_URL
 
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
 from prefect_coder.payments import Ledger, serve_payments
 from tests.flows.support import script_refund, sent
-from tests.integration.procs import Processes, clean_env, managed_processes, until, wait_for_line
+from tests.integration.procs import Processes, managed_processes, until, wait_for_line
+from tests.integration.team import serving_env
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVE = "from prefect_coder.examples.refund import refund_order; refund_order.serve(name='refunds')"
@@ -44,17 +44,7 @@ async def test_a_suspended_run_resumes_in_another_process_at_its_next_step(
 ) -> None:
     url, ledger = payments
     db = tmp_path / "ledger.sqlite3"
-    env = {
-        **clean_env(),
-        **sim.env(),
-        "PREFECT_API_URL": str(PREFECT_API_URL.value()),
-        "PREFECT_HOME": str(tmp_path / "prefect-home"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_RUNNER_POLL_FREQUENCY": "1",
-        "PREFECT_CODER_SQLITE_PATH": str(db),
-        "PAYMENTS_URL": url,
-        "PYTHONUNBUFFERED": "1",
-    }
+    env = serving_env(sim, tmp_path / "prefect-home", db, PAYMENTS_URL=url)
     script_refund(sim, "11", 30_000)
     async with managed_processes(tmp_path) as procs:
         runner = await procs.start("runner", sys.executable, "-c", SERVE, env=env, cwd=ROOT)

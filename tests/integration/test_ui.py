@@ -34,15 +34,13 @@ from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterNam
 from prefect.client.schemas.objects import FlowRun, StateType
 
 from tests.integration.browser import (
-    clear_screenshots,
+    browser_lab,
     open_page,
-    require_chromium,
     screenshot,
 )
-from tests.integration.procs import NEEDS_PROC, Proc, Processes, managed_processes, until
+from tests.integration.procs import NEEDS_PROC, Proc, Processes, until
 from tests.integration.ui_stack import ui_stack
 from tests.names import run_name
-from tests.pgcluster import PgCluster
 
 from .ui_support import UI_TIMEOUT_MS, Clock
 
@@ -53,14 +51,8 @@ pytestmark = [pytest.mark.timeout(480), NEEDS_PROC]
 
 
 async def test_launch_durable_chat_from_the_ui_and_read_the_run(tmp_path: Path) -> None:
-    browser_path = require_chromium()
-    clear_screenshots("ui-")
-    # Prefect's server on a PostgreSQL of the test's own: on SQLite, a loaded machine
-    # (this suite runs on several processes) makes the form's "Run" fail with "database
-    # is locked", as the README's fleet section says.
-    with PgCluster() as pg:
-        async with managed_processes(tmp_path) as procs:
-            await scenario(procs, tmp_path, browser_path, pg.dsn)
+    async with browser_lab(tmp_path, "ui-") as lab:
+        await scenario(lab.procs, tmp_path, lab.browser_path, lab.database)
 
 
 async def scenario(procs: Processes, tmp: Path, browser_path: Path, database: str) -> None:
@@ -105,6 +97,12 @@ async def fill_the_form(page: Page, form: str, workflow_id: str) -> None:
         await prompts.get_by_role("button", name="Add item").click()
         await expect(prompts.locator("textarea")).to_have_count(count)
         await prompts.locator("textarea").nth(count - 1).fill(prompt)
+    await pick_credentials(page)
+    await screenshot(page, "ui-run-form")
+
+
+async def pick_credentials(page: Page) -> None:
+    """Choose the saved credentials block in the run form, as a person does."""
     credentials = form_property(page, "credentials")
     await credentials.get_by_role("button", name="CoderCredentials").click()
     picker = credentials.locator("button.p-select-button__control")
@@ -113,7 +111,6 @@ async def fill_the_form(page: Page, form: str, workflow_id: str) -> None:
     await page.keyboard.press("ArrowDown")  # opens the block documents' list
     await page.get_by_role("option", name=BLOCK).click(timeout=UI_TIMEOUT_MS)
     await expect(credentials.locator(".p-select-button__value")).to_have_text(BLOCK)
-    await screenshot(page, "ui-run-form")
 
 
 async def submit_the_form(
@@ -187,12 +184,7 @@ async def launch_many(
             await prompts.get_by_role("button", name="Add item").click()
             await expect(prompts.locator("textarea")).to_have_count(n)
             await prompts.locator("textarea").nth(n - 1).fill(prompt)
-    credentials = form_property(page, "credentials")
-    await credentials.get_by_role("button", name="CoderCredentials").click()
-    picker = credentials.locator("button.p-select-button__control")
-    await picker.focus()
-    await page.keyboard.press("ArrowDown")
-    await page.get_by_role("option", name=BLOCK).click(timeout=UI_TIMEOUT_MS)
+    await pick_credentials(page)
     await screenshot(page, "ui-many-form")
     await page.get_by_role("button", name="Submit").click()
 

@@ -49,12 +49,11 @@ from coder_chat.durable.records import WorkflowRecord, WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
 from tests.fleet.truth import ChatTruth, Truth, read_truth
 from tests.integration.browser import (
-    clear_screenshots,
+    browser_lab,
     open_page,
-    require_chromium,
     screenshot,
 )
-from tests.integration.procs import NEEDS_PROC, Proc, Processes, managed_processes, until
+from tests.integration.procs import NEEDS_PROC, Proc, Processes, until
 from tests.integration.ui_stack import ui_stack
 from tests.integration.ui_support import (
     STARTUP_TIMEOUT,
@@ -62,7 +61,6 @@ from tests.integration.ui_support import (
     Clock,
 )
 from tests.names import run_name
-from tests.pgcluster import PgCluster
 
 BLOCK = "ui-cancel-simulator"
 #: Long enough that step 1 is still running whenever the cancel comes, on a loaded machine.
@@ -74,12 +72,9 @@ pytestmark = [pytest.mark.timeout(480), NEEDS_PROC]
 
 
 async def test_cancel_a_running_workflow_from_the_ui(tmp_path: Path) -> None:
-    browser_path = require_chromium()
     # Not "ui-": test_ui.py clears ui-*.png when it starts, maybe while this test runs.
-    clear_screenshots("cancel-")
-    with PgCluster() as pg:
-        async with managed_processes(tmp_path) as procs:
-            await scenario(procs, tmp_path, browser_path, pg.dsn)
+    async with browser_lab(tmp_path, "cancel-") as lab:
+        await scenario(lab.procs, tmp_path, lab.browser_path, lab.database)
 
 
 async def scenario(procs: Processes, tmp: Path, browser_path: Path, database: str) -> None:

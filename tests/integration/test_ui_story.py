@@ -39,23 +39,20 @@ from prefect.settings import PREFECT_API_URL, temporary_settings
 
 from prefect_coder.payments import Ledger, serve_payments
 from tests.integration.browser import (
+    browser_lab,
     chromium,
-    clear_screenshots,
     open_page,
-    require_chromium,
     screenshot,
 )
 from tests.integration.procs import (
     NEEDS_PROC,
     Proc,
     Processes,
-    managed_processes,
     until,
     wait_for_line,
 )
 from tests.integration.stack import home_env, start_server, start_simulator
 from tests.integration.ui_support import ROOT, STARTUP_TIMEOUT, UI_TIMEOUT_MS
-from tests.pgcluster import PgCluster
 
 SERVE = "from prefect_coder.examples.refund import refund_order; refund_order.serve(name='refunds')"
 ORDER = "42"
@@ -69,11 +66,8 @@ pytestmark = [pytest.mark.timeout(480), NEEDS_PROC]
 
 
 async def test_a_long_turn_and_a_paused_run_read_in_the_ui(tmp_path: Path) -> None:
-    browser_path = require_chromium()
-    clear_screenshots("story-")
-    with PgCluster() as pg:
-        async with managed_processes(tmp_path) as procs, serve_payments() as (url, ledger):
-            await scenario(procs, tmp_path, browser_path, pg.dsn, url, ledger)
+    async with browser_lab(tmp_path, "story-") as lab, serve_payments() as (url, ledger):
+        await scenario(lab.procs, tmp_path, lab.browser_path, lab.database, url, ledger)
 
 
 async def scenario(

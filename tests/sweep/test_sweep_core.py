@@ -12,7 +12,7 @@ from coder_chat.client.options import ChatOptions
 from coder_chat.durable.context import DurableOptions, StepTools
 from coder_chat.durable.markers import chat_labels
 from coder_chat.durable.reconcile import NO_RESULT
-from coder_chat.durable.records import WorkflowState
+from coder_chat.durable.records import Fence, WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.sweep import SweepPolicy, SweepReport, mark_failed, sweep
 from coder_chat.simulator import Simulator
@@ -41,6 +41,19 @@ async def swept_by(sim: Simulator, store: SqliteStore) -> AsyncIterator[Sweep]:
             return await sweep(client, store, tenant, policy, report=lambda _: None, **options)
 
         yield run_sweep
+
+
+async def claimed_charge(
+    sim: Simulator, wire: Wire, store: SqliteStore, workflow: str
+) -> tuple[str, str, Fence]:
+    """A labelled chat of ``workflow`` paused on a charge_card call its ledger has claimed
+    (a run that crashed before the effect was known): the chat, the call and the fence."""
+    paused = await labelled(wire, store, workflow, '/tool charge_card {"amount_cents": 700}')
+    record = await sim.wait_for_status(paused, "requires_action")
+    call_id = record.pending_calls[0].tool_call_id
+    fence = await store.begin_run(str(sim.organization_id), workflow)
+    await store.claim_tool(fence, paused, call_id, tool_name="charge_card")
+    return paused, call_id, fence
 
 
 def policy(**overrides: object) -> SweepPolicy:
@@ -88,15 +101,8 @@ async def test_orphans_are_retired_and_owned_chats_kept(sim: Simulator, store: S
 async def test_a_paused_orphan_is_answered_from_the_ledger_first(
     sim: Simulator, store: SqliteStore
 ) -> None:
-    tenant = str(sim.organization_id)
     async with Wire(sim) as wire, swept_by(sim, store) as run_sweep:
-        paused = await labelled(
-            wire, store, "wf-crashed", '/tool charge_card {"amount_cents": 700}'
-        )
-        record = await sim.wait_for_status(paused, "requires_action")
-        call_id = record.pending_calls[0].tool_call_id
-        fence = await store.begin_run(tenant, "wf-crashed")
-        await store.claim_tool(fence, paused, call_id, tool_name="charge_card")
+        paused, call_id, fence = await claimed_charge(sim, wire, store, "wf-crashed")
         await store.complete_tool(fence, paused, call_id, output="charged: receipt r-1")
         await store.finish(fence, WorkflowState.FAILED)  # its workflow ended: nobody will adopt it
         await run_sweep(policy())
@@ -108,16 +114,8 @@ async def test_a_paused_orphan_is_answered_from_the_ledger_first(
 async def test_a_committing_effect_without_its_tool_is_left_alone(
     sim: Simulator, store: SqliteStore
 ) -> None:
-    tenant = str(sim.organization_id)
     async with Wire(sim) as wire, swept_by(sim, store) as run_sweep:
-        paused = await labelled(
-            wire, store, "wf-ambiguous", '/tool charge_card {"amount_cents": 700}'
-        )
-        record = await sim.wait_for_status(paused, "requires_action")
-        fence = await store.begin_run(tenant, "wf-ambiguous")
-        await store.claim_tool(
-            fence, paused, record.pending_calls[0].tool_call_id, tool_name="charge_card"
-        )
+        paused, _, fence = await claimed_charge(sim, wire, store, "wf-ambiguous")
         await store.finish(fence, WorkflowState.FAILED)
         report = await run_sweep(policy(), tools=StepTools())
     assert [f.action for f in report.findings] == ["left"]
