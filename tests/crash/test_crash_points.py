@@ -12,7 +12,7 @@ request dropped or released. A fresh child reruns the same workflow id, and
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -56,26 +56,30 @@ async def rerun_stalled(lab: CrashLab, chat: Chat, **params: Any) -> list[dict[s
 # -- 1 to 3: the first chat ---------------------------------------------------------------------
 
 
+async def crash_while_creating(
+    lab: CrashLab, phase: Literal["before", "after"], **start: Any
+) -> None:
+    """Start a run and kill it while Coder holds the request that makes its first chat
+    (``phase``: before or after the chat is made); the held answer never arrives."""
+    lab.sim.faults.hold("create_chat", phase)
+    first = await lab.start(**start)
+    held = await lab.held(lab.sim.faults.wait_held("create_chat", timeout=90), first, "create held")
+    await lab.crash(first)
+    lab.sim.faults.decide(held.id, "drop")
+
+
 async def test_point_1_before_the_first_chat_exists(lab: CrashLab) -> None:
     sim, wf = lab.sim, "wf-crash-1"
-    sim.faults.hold("create_chat", "before")
-    first = await lab.start(workflow_id=wf, prompts=PROMPTS, reruns=1)
-    held = await lab.held(sim.faults.wait_held("create_chat", timeout=90), first, "create held")
-    await lab.crash(first)
-    sim.faults.decide(held.id, "drop")
+    await crash_while_creating(lab, "before", workflow_id=wf, prompts=PROMPTS, reruns=1)
     assert sim.chats() == []  # the create request never had an effect
     results = await lab.finish(await lab.start(workflow_id=wf, prompts=PROMPTS))
     await check_invariants(lab, results, Expect(wf, PROMPTS, verdicts={1: "ran", 2: "ran"}))
 
 
 async def test_point_2_create_committed_response_lost(lab: CrashLab) -> None:
-    sim, wf = lab.sim, "wf-crash-2"
+    wf = "wf-crash-2"
     params: dict[str, Any] = {"workflow_id": wf, "prompts": PROMPTS, "archive_at_end": False}
-    sim.faults.hold("create_chat", "after")
-    first = await lab.start(**params, reruns=1)
-    held = await lab.held(sim.faults.wait_held("create_chat", timeout=90), first, "create held")
-    await lab.crash(first)
-    sim.faults.decide(held.id, "drop")
+    await crash_while_creating(lab, "after", **params, reruns=1)
     orphan = only_chat(lab, wf)  # committed, its id never reached the process
     workflow, _, _ = await stored(lab, wf)
     assert workflow is not None and workflow.chat_id is None
@@ -312,11 +316,7 @@ async def test_point_9_crash_during_recovery_of_an_adopted_first_step(lab: Crash
     was the create). The third run still finds the finished first attempt in history
     and recovers it instead of resubmitting it."""
     sim, wf = lab.sim, "wf-crash-9-adopted"
-    sim.faults.hold("create_chat", "after")
-    first = await lab.start(workflow_id=wf, prompts=PROMPTS, reruns=2)
-    held = await lab.held(sim.faults.wait_held("create_chat", timeout=90), first, "create held")
-    await lab.crash(first)
-    sim.faults.decide(held.id, "drop")
+    await crash_while_creating(lab, "after", workflow_id=wf, prompts=PROMPTS, reruns=2)
     chat = only_chat(lab, wf)
     await sim.wait_for_status(chat.id, "waiting")  # the orphan's first turn finished
 

@@ -74,12 +74,18 @@ def writes(store: DurableStore, fence: Fence) -> dict[str, Call]:
     }
 
 
+async def with_a_claimed_call(store: PostgresStore) -> Fence:
+    """A run of workflow ``wf`` that claimed ``call-0`` on ``chat-1`` (the writes' target)."""
+    fence = await store.begin_run(T, "wf")
+    await store.claim_tool(fence, "chat-1", "call-0", tool_name="t")
+    return fence
+
+
 async def test_every_durable_write_is_one_round_trip(
     proxied: tuple[RoundTripProxy, PostgresStore],
 ) -> None:
     proxy, store = proxied
-    fence = await store.begin_run(T, "wf")
-    await store.claim_tool(fence, "chat-1", "call-0", tool_name="t")
+    fence = await with_a_claimed_call(store)
     for name, write in writes(store, fence).items():
         commits = store.commits
         assert await round_trips(proxy, write) == 1, name
@@ -112,9 +118,8 @@ async def test_only_a_refused_write_looks_again(
     proxied: tuple[RoundTripProxy, PostgresStore],
 ) -> None:
     proxy, store = proxied
-    old = await store.begin_run(T, "wf")
-    await store.claim_tool(old, "chat-1", "call-0", tool_name="t")
-    await store.begin_run(T, "wf")
+    old = await with_a_claimed_call(store)
+    await store.begin_run(T, "wf")  # a newer run: ``old`` is fenced out
     for name, write in writes(store, old).items():
         if name == "begin_run":
             continue

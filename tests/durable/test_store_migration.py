@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import sqlite3
-from contextlib import closing
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager, closing
 from datetime import UTC, datetime
+from typing import Literal, TypeVar
 
 import asyncpg
 
@@ -29,9 +31,11 @@ from coder_chat.durable.records import (
     WorkflowState,
     prompt_digest,
 )
-from coder_chat.durable.store import SCHEMA_VERSION
+from coder_chat.durable.store import SCHEMA_VERSION, DurableStore
 
 from .backends import Backend, installed_versions, step_record
+
+R = TypeVar("R")
 
 T = "org-1"
 SQLITE_APPLICATION_ID = sqlite_store.APPLICATION_ID
@@ -124,47 +128,59 @@ def build_sqlite_v1(path: str) -> None:
         db.execute("COMMIT")
 
 
-async def build_postgres_v1(dsn: str, schema: str) -> None:
-    s = f'"{schema}"'
+@asynccontextmanager
+async def transaction(dsn: str) -> AsyncIterator[asyncpg.Connection]:
+    """A connection to ``dsn`` in one transaction (closed after): an old store is written whole."""
     conn = await asyncpg.connect(dsn)
     try:
         async with conn.transaction():
-            await conn.execute(POSTGRES_V1.format(s=s))
-            await conn.execute(
-                f"INSERT INTO {s}.workflows VALUES ($1, 'wf', 3, 'running', 'prod', $2, $3)",
-                T,
-                HEARTBEAT,
-                v1_body(WORKFLOW),
-            )
-            await conn.execute(
-                f"INSERT INTO {s}.chats VALUES ($1, 'chat-1', 'wf', false, $2)", T, v1_body(CHAT)
-            )
-            for entry in TOOLS:
-                await conn.execute(
-                    f"INSERT INTO {s}.ledger (tenant, chat_id, tool_call_id, state, body) "
-                    "VALUES ($1, 'chat-1', $2, $3, $4)",
-                    T,
-                    entry.tool_call_id,
-                    entry.state,
-                    v1_body(entry),
-                )
+            yield conn
     finally:
         await conn.close()
 
 
-async def test_a_version_1_store_migrates_keeping_its_data(backend: Backend) -> None:
-    if backend.is_postgres:
-        await build_postgres_v1(backend.dsn, backend.location)
-    else:
-        build_sqlite_v1(backend.location)
-    assert await installed_versions(backend) == [1]
+async def build_postgres_v1(dsn: str, schema: str) -> None:
+    s = f'"{schema}"'
+    async with transaction(dsn) as conn:
+        await conn.execute(POSTGRES_V1.format(s=s))
+        await conn.execute(
+            f"INSERT INTO {s}.workflows VALUES ($1, 'wf', 3, 'running', 'prod', $2, $3)",
+            T,
+            HEARTBEAT,
+            v1_body(WORKFLOW),
+        )
+        await conn.execute(
+            f"INSERT INTO {s}.chats VALUES ($1, 'chat-1', 'wf', false, $2)", T, v1_body(CHAT)
+        )
+        for entry in TOOLS:
+            await conn.execute(
+                f"INSERT INTO {s}.ledger (tenant, chat_id, tool_call_id, state, body) "
+                "VALUES ($1, 'chat-1', $2, $3, $4)",
+                T,
+                entry.tool_call_id,
+                entry.state,
+                v1_body(entry),
+            )
 
-    # Several openers at once: the migration runs once, and they all see one store id.
-    stores = [backend.open() for _ in range(4)]
-    workflows = await asyncio.gather(*(s.get_workflow(T, "wf") for s in stores))
+
+async def opened_at_once(
+    backend: Backend, count: int, read: Callable[[DurableStore], Awaitable[R]]
+) -> tuple[list[DurableStore], list[R]]:
+    """``count`` stores opened at once on an old store, each reading with ``read``: the
+    migration runs once, to the latest version. The stores, and what each read."""
+    stores = [backend.open() for _ in range(count)]
+    found = await asyncio.gather(*(read(s) for s in stores))
     assert (
         await installed_versions(backend) == list(range(1, SCHEMA_VERSION + 1)) == [1, 2, 3, 4, 5]
     )
+    return stores, found
+
+
+async def test_a_version_1_store_migrates_keeping_its_data(backend: Backend) -> None:
+    await build_old_store(backend, 1)
+
+    # Several openers at once: the migration runs once, and they all see one store id.
+    stores, workflows = await opened_at_once(backend, 4, lambda s: s.get_workflow(T, "wf"))
     assert workflows == [WORKFLOW] * 4  # v1's body reads with archive_at_end's default
     assert workflows[0] is not None and workflows[0].archive_at_end is True
     ids = await asyncio.gather(*(s.store_id() for s in stores))
@@ -242,37 +258,33 @@ def build_sqlite_v2(path: str) -> None:
 async def build_postgres_v2(dsn: str, schema: str) -> None:
     await build_postgres_v1(dsn, schema)
     s = f'"{schema}"'
-    conn = await asyncpg.connect(dsn)
-    try:
-        async with conn.transaction():
-            await conn.execute(POSTGRES_V2.format(s=s))
-            # Version 2 makes its store id itself; the test's old store has a known one.
+    async with transaction(dsn) as conn:
+        await conn.execute(POSTGRES_V2.format(s=s))
+        # Version 2 makes its store id itself; the test's old store has a known one.
+        await conn.execute(f"UPDATE {s}.meta SET value = $1 WHERE key = 'store_id'", V2_STORE_ID)
+        for step in V2_STEPS:
             await conn.execute(
-                f"UPDATE {s}.meta SET value = $1 WHERE key = 'store_id'", V2_STORE_ID
+                f"INSERT INTO {s}.steps VALUES ($1, 'wf', $2, 'chat-1', $3)",
+                T,
+                step.step,
+                v2_step_body(step),
             )
-            for step in V2_STEPS:
-                await conn.execute(
-                    f"INSERT INTO {s}.steps VALUES ($1, 'wf', $2, 'chat-1', $3)",
-                    T,
-                    step.step,
-                    v2_step_body(step),
-                )
-    finally:
-        await conn.close()
+
+
+async def build_old_store(backend: Backend, version: Literal[1, 2]) -> None:
+    """A store as ``version`` left it, at ``backend``'s location."""
+    if backend.is_postgres:
+        build = {1: build_postgres_v1, 2: build_postgres_v2}[version]
+        await build(backend.dsn, backend.location)
+    else:
+        {1: build_sqlite_v1, 2: build_sqlite_v2}[version](backend.location)
+    assert await installed_versions(backend) == list(range(1, version + 1))
 
 
 async def test_a_version_2_store_migrates_keeping_its_steps(backend: Backend) -> None:
-    if backend.is_postgres:
-        await build_postgres_v2(backend.dsn, backend.location)
-    else:
-        build_sqlite_v2(backend.location)
-    assert await installed_versions(backend) == [1, 2]
+    await build_old_store(backend, 2)
 
-    stores = [backend.open() for _ in range(3)]
-    steps = await asyncio.gather(*(s.list_steps(T, "wf") for s in stores))
-    assert (
-        await installed_versions(backend) == list(range(1, SCHEMA_VERSION + 1)) == [1, 2, 3, 4, 5]
-    )
+    stores, steps = await opened_at_once(backend, 3, lambda s: s.list_steps(T, "wf"))
     assert steps == [V2_STEPS] * 3  # v2's bodies read back, each with prompt ""
     assert all(step.prompt == "" for step in steps[0])
 

@@ -92,13 +92,17 @@ async def fill_the_form(page: Page, form: str, workflow_id: str) -> None:
     """1. The custom run form: workflow_id, one prompt per step, the saved credentials."""
     await page.goto(form, timeout=UI_TIMEOUT_MS)
     await form_property(page, "workflow_id").locator("textarea").fill(workflow_id)
-    prompts = form_property(page, "prompts")
+    await fill_prompts(form_property(page, "prompts"))
+    await pick_credentials(page)
+    await screenshot(page, "ui-run-form")
+
+
+async def fill_prompts(prompts: Locator) -> None:
+    """Fill a form's list of prompts, one "Add item" per prompt, as a person does."""
     for count, prompt in enumerate(PROMPTS, start=1):
         await prompts.get_by_role("button", name="Add item").click()
         await expect(prompts.locator("textarea")).to_have_count(count)
         await prompts.locator("textarea").nth(count - 1).fill(prompt)
-    await pick_credentials(page)
-    await screenshot(page, "ui-run-form")
 
 
 async def pick_credentials(page: Page) -> None:
@@ -179,11 +183,7 @@ async def launch_many(
         await workflows.get_by_role("button", name="Add item").last.click()
         workflow_field = nested_property(workflows, "Workflow ID", index)
         await workflow_field.locator("textarea").fill(workflow_id)
-        prompts = nested_property(workflows, "Prompts", index)
-        for n, prompt in enumerate(PROMPTS, start=1):
-            await prompts.get_by_role("button", name="Add item").click()
-            await expect(prompts.locator("textarea")).to_have_count(n)
-            await prompts.locator("textarea").nth(n - 1).fill(prompt)
+        await fill_prompts(nested_property(workflows, "Prompts", index))
     await pick_credentials(page)
     await screenshot(page, "ui-many-form")
     await page.get_by_role("button", name="Submit").click()
