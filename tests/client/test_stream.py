@@ -24,6 +24,7 @@ from coder_chat.protocol.models import (
     StatusEvent,
 )
 from coder_chat.simulator import Simulator
+from coder_chat.simulator.state import Message
 
 from .helpers import (
     Recorder,
@@ -54,6 +55,19 @@ async def open_stream(client: ChatClient, chat_id: str, after_id: int | None = N
     stream = ChatStream(client, chat_id, after_id, redial_initial=0.01)
     await stream.start()
     return stream
+
+
+async def exchanged(sim: Simulator, prompt: str) -> tuple[str, Message, Message]:
+    """A chat with one finished exchange on ``prompt``: its id, the user's message and the
+    answer."""
+    chat_id = await idle_chat(sim, prompt)
+    user, assistant = sim.messages(chat_id)
+    return chat_id, user, assistant
+
+
+async def read_snapshot(stream: ChatStream) -> list[AnyEvent]:
+    """What a stream forwards up to the end of its snapshot (its preview reset)."""
+    return await read_until(stream, lambda e: isinstance(e, PreviewResetEvent))
 
 
 async def read_until(
@@ -99,11 +113,10 @@ def delta_text(deltas: list[MessagePartEvent]) -> str:
 async def test_snapshot_and_after_id_cursor(
     sim: Simulator, client: ChatClient, recorder: Recorder
 ) -> None:
-    chat_id = await idle_chat(sim, "hello")
-    user, assistant = sim.messages(chat_id)
+    chat_id, user, assistant = await exchanged(sim, "hello")
 
     full = await open_stream(client, chat_id)
-    everything = await read_until(full, lambda e: isinstance(e, PreviewResetEvent))
+    everything = await read_snapshot(full)
     await full.aclose()
     assert [type(e).__name__ for e in everything] == [
         "MessageEvent",
@@ -170,8 +183,7 @@ async def test_drops_mid_delta_lose_and_duplicate_nothing(
 async def test_redial_resumes_after_the_last_committed_message(
     sim: Simulator, client: ChatClient, recorder: Recorder
 ) -> None:
-    chat_id = await idle_chat(sim, "one")
-    user, assistant = sim.messages(chat_id)
+    chat_id, user, assistant = await exchanged(sim, "one")
     # The first socket delivers the two messages and is cut; the redial asks for what follows.
     sim.faults.drop_streams(after_events=2, times=1)
     stream = await open_stream(client, chat_id)
@@ -213,13 +225,12 @@ async def test_generation_retry_restarts_seq_under_a_new_attempt(
 async def test_history_reset_and_revisions_are_forwarded(
     sim: Simulator, client: ChatClient, recorder: Recorder
 ) -> None:
-    chat_id = await idle_chat(sim, "before")
-    user, assistant = sim.messages(chat_id)
+    chat_id, user, assistant = await exchanged(sim, "before")
     stream = await open_stream(client, chat_id)
-    await read_until(stream, lambda e: isinstance(e, PreviewResetEvent))
+    await read_snapshot(stream)
 
     sim.revise_message(chat_id, assistant.id, "revised answer")
-    revised = await read_until(stream, lambda e: isinstance(e, PreviewResetEvent))
+    revised = await read_snapshot(stream)
     assert messages(revised)[0].message.id == assistant.id
     assert messages(revised)[0].message.text() == "revised answer"
 
