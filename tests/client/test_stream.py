@@ -70,6 +70,14 @@ async def read_snapshot(stream: ChatStream) -> list[AnyEvent]:
     return await read_until(stream, lambda e: isinstance(e, PreviewResetEvent))
 
 
+async def read_to_idle(client: ChatClient, chat_id: str) -> list[AnyEvent]:
+    """Every event a new stream of the chat forwards until the chat is idle again."""
+    stream = await open_stream(client, chat_id)
+    events = await read_until(stream, status_is("waiting"))
+    await stream.aclose()
+    return events
+
+
 async def read_until(
     stream: ChatStream, stop: Callable[[AnyEvent], bool], timeout: float = 10.0
 ) -> list[AnyEvent]:
@@ -161,9 +169,7 @@ async def test_drops_mid_delta_lose_and_duplicate_nothing(
     # replays the episode from seq 1, also delivers something new.
     for budget in (40, 90, 150):
         sim.faults.drop_streams(after_events=budget, times=1, chat_id=sim.chat(chat.id).id)
-    stream = await open_stream(client, chat.id)
-    events = await read_until(stream, status_is("waiting"))
-    await stream.aclose()
+    events = await read_to_idle(client, chat.id)
 
     (committed,) = [m for m in sim.messages(chat.id) if m.role == "assistant"]
     deltas = parts(events)
@@ -186,9 +192,7 @@ async def test_redial_resumes_after_the_last_committed_message(
     chat_id, user, assistant = await exchanged(sim, "one")
     # The first socket delivers the two messages and is cut; the redial asks for what follows.
     sim.faults.drop_streams(after_events=2, times=1)
-    stream = await open_stream(client, chat_id)
-    events = await read_until(stream, status_is("waiting"))
-    await stream.aclose()
+    events = await read_to_idle(client, chat_id)
     assert [m.message.id for m in messages(events)] == [user.id, assistant.id]
     assert [d.after_id for d in recorder.dials()] == [None, assistant.id]
 
@@ -201,9 +205,7 @@ async def test_generation_retry_restarts_seq_under_a_new_attempt(
     chat = await client.create_chat(
         organization_id=str(sim.organization_id), content="/deltas 30 again"
     )
-    stream = await open_stream(client, chat.id)
-    events = await read_until(stream, status_is("waiting"))
-    await stream.aclose()
+    events = await read_to_idle(client, chat.id)
     (committed,) = [m for m in sim.messages(chat.id) if m.role == "assistant"]
     deltas = parts(events)
     assert_contiguous(deltas)
@@ -295,9 +297,7 @@ async def test_a_429_burst_shorter_than_the_budget_recovers(
 ) -> None:
     chat_id = await idle_chat(sim)
     sim.faults.fail_next("stream", 429, 4)
-    stream = await open_stream(client, chat_id)
-    events = await read_until(stream, status_is("waiting"))
-    await stream.aclose()
+    events = await read_to_idle(client, chat_id)
     assert len(messages(events)) == 2
     assert [r.status for r in requests_of(sim, "stream")] == [429, 429, 429, 429, 101]
     assert len(recorder.of("ws:error")) == 4

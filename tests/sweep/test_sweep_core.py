@@ -43,6 +43,15 @@ async def swept_by(sim: Simulator, store: SqliteStore) -> AsyncIterator[Sweep]:
         yield run_sweep
 
 
+async def running(
+    sim: Simulator, store: SqliteStore, workflow: str, checkpoint: str | None = None
+) -> None:
+    """``workflow`` begun in ``store`` (running), its checkpoint at chat ``checkpoint``."""
+    fence = await store.begin_run(str(sim.organization_id), workflow)
+    if checkpoint is not None:
+        await store.save_checkpoint(fence, checkpoint, None)
+
+
 async def claimed_charge(
     sim: Simulator, wire: Wire, store: SqliteStore, workflow: str
 ) -> tuple[str, str, Fence]:
@@ -139,11 +148,9 @@ async def test_dry_run_changes_nothing_and_young_chats_wait(
 async def test_stuck_turns_are_interrupted_and_stale_workflows_reported(
     sim: Simulator, store: SqliteStore
 ) -> None:
-    tenant = str(sim.organization_id)
     async with Wire(sim) as wire, swept_by(sim, store) as run_sweep:
         stuck = await labelled(wire, store, "wf-stuck", "long /sleep 30")
-        fence = await store.begin_run(tenant, "wf-stuck")
-        await store.save_checkpoint(fence, stuck, None)
+        await running(sim, store, "wf-stuck", checkpoint=stuck)
         report = await run_sweep(policy(stuck_after=0, stale_heartbeat=0))
     assert [f.action for f in report.findings] == ["interrupted"]
     assert [r.status_before for r in sim.records.interrupts] == ["running"]
@@ -156,10 +163,9 @@ async def test_stuck_turns_are_interrupted_and_stale_workflows_reported(
 async def test_an_orphan_of_a_running_workflow_is_left_for_adoption(
     sim: Simulator, store: SqliteStore
 ) -> None:
-    tenant = str(sim.organization_id)
     async with Wire(sim) as wire, swept_by(sim, store) as run_sweep:
         orphan = await labelled(wire, store, "wf-alive", "first attempt")
-        await store.begin_run(tenant, "wf-alive")  # running, empty checkpoint
+        await running(sim, store, "wf-alive")  # an empty checkpoint
         await sim.wait_for_status(orphan, "waiting")
         report = await run_sweep(policy())
     assert {f.chat_id: f.action for f in report.findings} == {orphan: "kept"}
