@@ -17,6 +17,7 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from textwrap import dedent
 
@@ -181,39 +182,12 @@ async def scenario(procs: Processes, tmp: Path) -> None:
     )
     await sh("server-ready", "prefect server status --wait --timeout 240", watch)
 
-    async def blocks() -> None:
-        await sh(
-            "blocks",
-            f"""
-            prefect block register -m prefect_coder.blocks
-            python - <<'EOF'
-            from prefect_coder import CoderCredentials
-            CoderCredentials(
-                base_url={coder["CODER_URL"]!r},
-                token={coder["CODER_SESSION_TOKEN"]!r},
-                organization_id={coder["CODER_ORG_ID"]!r},
-            ).save("shop", overwrite=True)
-            EOF
-            """,
-            watch,
-        )
-
-    async def pool_worker_and_deployments() -> Proc:
-        await sh("pool", "prefect work-pool create shop-pool --type process", watch)
-        # A worker asks for work every PREFECT_WORKER_QUERY_SECONDS: 10 s unless lowered,
-        # as the docs tell (docs/sweep.md).
-        worker_env = {**env, "PREFECT_WORKER_QUERY_SECONDS": "1"}
-        worker = await procs.start(
-            "worker", "prefect", "worker", "start", "--pool", "shop-pool",
-            env=worker_env, cwd=project,
-        )  # fmt: skip
-        await sh("deploy", "prefect --no-prompt deploy --all", [*watch, worker])
-        await wait_for_line(worker, "Worker .* started", STARTUP_TIMEOUT)
-        return worker
-
     # Independent of each other, so side by side: the blocks, and the pool with its
     # worker and the deployments.
-    _, worker = await asyncio.gather(blocks(), pool_worker_and_deployments())
+    _, worker = await asyncio.gather(
+        register_blocks(sh, coder, watch),
+        pool_worker_and_deployments(sh, procs, env, project, watch),
+    )
     credentials = json.dumps({"$ref": {"block_document_slug": "prefect-coder-credentials/shop"}})
     await sh(
         "runs",
@@ -228,6 +202,46 @@ async def scenario(procs: Processes, tmp: Path) -> None:
     )
     with temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]}):
         await check_the_runs()
+
+
+#: Runs a bash script in the project's folder and fresh environment: its name, the script,
+#: the processes that must stay up meanwhile.
+Shell = Callable[[str, str, list[Proc]], Awaitable[str]]
+
+
+async def register_blocks(sh: Shell, coder: dict[str, str], watch: list[Proc]) -> None:
+    """Our block types registered by module, and the simulator's credentials saved."""
+    await sh(
+        "blocks",
+        f"""
+        prefect block register -m prefect_coder.blocks
+        python - <<'EOF'
+        from prefect_coder import CoderCredentials
+        CoderCredentials(
+            base_url={coder["CODER_URL"]!r},
+            token={coder["CODER_SESSION_TOKEN"]!r},
+            organization_id={coder["CODER_ORG_ID"]!r},
+        ).save("shop", overwrite=True)
+        EOF
+        """,
+        watch,
+    )
+
+
+async def pool_worker_and_deployments(
+    sh: Shell, procs: Processes, env: dict[str, str], project: Path, watch: list[Proc]
+) -> Proc:
+    """The pool, a worker polling it (returned once started) and the project's deployments."""
+    await sh("pool", "prefect work-pool create shop-pool --type process", watch)
+    # A worker asks for work every PREFECT_WORKER_QUERY_SECONDS: 10 s unless lowered, as
+    # the docs tell (docs/sweep.md).
+    worker_env = {**env, "PREFECT_WORKER_QUERY_SECONDS": "1"}
+    worker = await procs.start(
+        "worker", "prefect", "worker", "start", "--pool", "shop-pool", env=worker_env, cwd=project
+    )
+    await sh("deploy", "prefect --no-prompt deploy --all", [*watch, worker])
+    await wait_for_line(worker, "Worker .* started", STARTUP_TIMEOUT)
+    return worker
 
 
 async def check_the_runs() -> None:
