@@ -146,12 +146,18 @@ class Stack:
 
 
 @contextlib.asynccontextmanager
-async def recovery_stack(procs: Processes, tmp: Path) -> AsyncIterator[Stack]:
-    """The stack, deployed from the shipped YAML, with no worker yet."""
+async def recovery_stack(
+    procs: Processes,
+    tmp: Path,
+    worker_query_seconds: str = WORKER_QUERY_SECONDS,
+    server_settings: dict[str, str] | None = None,
+) -> AsyncIterator[Stack]:
+    """The stack, deployed from the shipped YAML, with no worker yet; ``server_settings``
+    are Prefect settings (environment variables) of the server's alone."""
     with PgCluster() as pg:
         env = home_env(tmp)
         # No scheduler: every sweep pass here is one a trigger started.
-        server = await start_server(procs, tmp, env, pg.dsn)
+        server = await start_server(procs, tmp, {**env, **(server_settings or {})}, pg.dsn)
         simulator, coder = await start_simulator(procs, env, tmp, STARTUP_TIMEOUT)
         await server.healthy(STARTUP_TIMEOUT)
         cli_env = {**env, "PREFECT_API_URL": server.api}
@@ -160,7 +166,7 @@ async def recovery_stack(procs: Processes, tmp: Path) -> AsyncIterator[Stack]:
             **cli_env,
             **coder,
             "PREFECT_CODER_SQLITE_PATH": str(db),
-            "PREFECT_WORKER_QUERY_SECONDS": WORKER_QUERY_SECONDS,
+            "PREFECT_WORKER_QUERY_SECONDS": worker_query_seconds,
         }
         with temporary_settings(updates={PREFECT_API_URL: server.api}):
             async with get_client() as client:

@@ -26,8 +26,9 @@ from prefect.client.schemas.filters import (
 from prefect.client.schemas.objects import StateType
 
 from coder_chat.durable.records import WorkflowState
-from tests.integration.procs import NEEDS_PROC, managed_processes, until
+from tests.integration.procs import NEEDS_PROC, Processes, managed_processes, until
 from tests.integration.recovery_stack import (
+    Stack,
     new_workflow_id,
     recovery_stack,
     sweep_runs,
@@ -37,12 +38,26 @@ from tests.integration.recovery_stack import (
 #: Bounds for cold processes on a loaded machine; nothing here is timed.
 TIMEOUT = 180.0
 CRASH_TRIGGER = "orphan-sweep on a crash or a cancel"
+#: How often the server evaluates proactive triggers (Prefect's default is 5 s), and how
+#: often a worker asks for work (the docs say 2 s): both Prefect settings, lowered so
+#: that a test waits less on the clock; what the triggers and the workers do is the same.
+PROACTIVE_SECONDS = 1
+
+
+def fast_stack(procs: Processes, tmp: Path) -> contextlib.AbstractAsyncContextManager[Stack]:
+    server = {
+        "PREFECT_SERVER_EVENTS_PROACTIVE_GRANULARITY": f"PT{PROACTIVE_SECONDS}S",
+        # Prefect's own block types, registered at every start: nothing here uses a block.
+        "PREFECT_API_BLOCKS_REGISTER_ON_START": "false",
+    }
+    return recovery_stack(procs, tmp, worker_query_seconds="1", server_settings=server)
+
 
 pytestmark = [pytest.mark.timeout(600), NEEDS_PROC]
 
 
 async def test_a_killed_flow_run_is_relaunched_by_its_crash_event(tmp_path: Path) -> None:
-    async with managed_processes(tmp_path) as procs, recovery_stack(procs, tmp_path) as stack:
+    async with managed_processes(tmp_path) as procs, fast_stack(procs, tmp_path) as stack:
         client = stack.client
         worker = await stack.start_worker()
         workflow_id = new_workflow_id("it-event")
@@ -94,8 +109,9 @@ async def test_a_killed_flow_run_is_relaunched_by_its_crash_event(tmp_path: Path
 
 
 PULSE_TRIGGER = "orphan-sweep on a run whose pulse stopped"
-#: Longer than the pulse trigger's window (15 s) and a proactive evaluation (5 s) together.
-QUIET_WATCH = 25.0
+#: Longer than the pulse trigger's window (15 s) and a proactive evaluation together, with
+#: 5 s to spare.
+QUIET_WATCH = 15.0 + PROACTIVE_SECONDS + 5.0
 #: How long a pass's log lines may take to reach the API after it ended.
 LOG_WAIT = 30.0
 
@@ -135,7 +151,7 @@ async def test_a_dead_host_is_known_by_its_stopped_pulse(tmp_path: Path) -> None
     run, its pulse stops, and the trigger on that starts the pass that marks it Crashed
     and relaunches it. Prefect's own heartbeat (30 s at best) plays no part; and a run that
     ended well after its pulse starts no pass."""
-    async with managed_processes(tmp_path) as procs, recovery_stack(procs, tmp_path) as stack:
+    async with managed_processes(tmp_path) as procs, fast_stack(procs, tmp_path) as stack:
         client = stack.client
         worker = await stack.start_worker()
         workflow_id = new_workflow_id("it-pulse")

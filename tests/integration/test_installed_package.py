@@ -12,10 +12,12 @@ wheel ``pip`` would install, in seconds rather than minutes.)
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shlex
 import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from textwrap import dedent
 
@@ -139,9 +141,12 @@ async def install_the_wheel(procs: Processes, tmp: Path) -> Path:
     )  # fmt: skip
     [wheel] = dist.glob("prefect_coder-*.whl")
     await procs.run("venv", uv, "venv", "--quiet", str(venv), env=base, cwd=tmp)
+    # Compiled as pip compiles what it installs: else the server, the simulator and the
+    # CLI, started side by side, each compile the same modules on their first import.
     await procs.run(
         "install",
-        uv, "pip", "install", "--quiet", "--python", str(venv / "bin" / "python"),
+        uv, "pip", "install", "--quiet", "--compile-bytecode",
+        "--python", str(venv / "bin" / "python"),
         "-c", str(ROOT / "constraints.txt"), str(wheel),
         env=base, cwd=tmp, timeout=STEP_TIMEOUT,
     )  # fmt: skip
@@ -170,29 +175,19 @@ async def scenario(procs: Processes, tmp: Path) -> None:
     # The installed package's simulator, found on the fresh environment's PATH.
     simulator, coder = await start_simulator(procs, env, project, STARTUP_TIMEOUT, "prefect-coder")
     watch = [server, simulator]
-    await sh("server-ready", "prefect server status --wait --timeout 240", watch)
     await sh(
-        "setup",
-        f"""
-        python -c 'import flows, tasks, blocks; assert blocks.SHOP and tasks.audit'
-        prefect block register -m prefect_coder.blocks
-        python - <<'EOF'
-        from prefect_coder import CoderCredentials
-        CoderCredentials(
-            base_url={coder["CODER_URL"]!r},
-            token={coder["CODER_SESSION_TOKEN"]!r},
-            organization_id={coder["CODER_ORG_ID"]!r},
-        ).save("shop", overwrite=True)
-        EOF
-        prefect work-pool create shop-pool --type process
-        prefect --no-prompt deploy --all
-        """,
+        "imports",
+        "python -c 'import flows, tasks, blocks; assert blocks.SHOP and tasks.audit'",
         watch,
     )
-    worker = await procs.start(
-        "worker", "prefect", "worker", "start", "--pool", "shop-pool", env=env, cwd=project
+    await sh("server-ready", "prefect server status --wait --timeout 240", watch)
+
+    # Independent of each other, so side by side: the blocks, and the pool with its
+    # worker and the deployments.
+    _, worker = await asyncio.gather(
+        register_blocks(sh, coder, watch),
+        pool_worker_and_deployments(sh, procs, env, project, watch),
     )
-    await wait_for_line(worker, "Worker .* started", STARTUP_TIMEOUT)
     credentials = json.dumps({"$ref": {"block_document_slug": "prefect-coder-credentials/shop"}})
     await sh(
         "runs",
@@ -207,6 +202,46 @@ async def scenario(procs: Processes, tmp: Path) -> None:
     )
     with temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]}):
         await check_the_runs()
+
+
+#: Runs a bash script in the project's folder and fresh environment: its name, the script,
+#: the processes that must stay up meanwhile.
+Shell = Callable[[str, str, list[Proc]], Awaitable[str]]
+
+
+async def register_blocks(sh: Shell, coder: dict[str, str], watch: list[Proc]) -> None:
+    """Our block types registered by module, and the simulator's credentials saved."""
+    await sh(
+        "blocks",
+        f"""
+        prefect block register -m prefect_coder.blocks
+        python - <<'EOF'
+        from prefect_coder import CoderCredentials
+        CoderCredentials(
+            base_url={coder["CODER_URL"]!r},
+            token={coder["CODER_SESSION_TOKEN"]!r},
+            organization_id={coder["CODER_ORG_ID"]!r},
+        ).save("shop", overwrite=True)
+        EOF
+        """,
+        watch,
+    )
+
+
+async def pool_worker_and_deployments(
+    sh: Shell, procs: Processes, env: dict[str, str], project: Path, watch: list[Proc]
+) -> Proc:
+    """The pool, a worker polling it (returned once started) and the project's deployments."""
+    await sh("pool", "prefect work-pool create shop-pool --type process", watch)
+    # A worker asks for work every PREFECT_WORKER_QUERY_SECONDS: 10 s unless lowered, as
+    # the docs tell (docs/sweep.md).
+    worker_env = {**env, "PREFECT_WORKER_QUERY_SECONDS": "1"}
+    worker = await procs.start(
+        "worker", "prefect", "worker", "start", "--pool", "shop-pool", env=worker_env, cwd=project
+    )
+    await sh("deploy", "prefect --no-prompt deploy --all", [*watch, worker])
+    await wait_for_line(worker, "Worker .* started", STARTUP_TIMEOUT)
+    return worker
 
 
 async def check_the_runs() -> None:
