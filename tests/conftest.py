@@ -25,7 +25,8 @@ atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True)
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Compile the project's packages once, before any test starts a process.
+    """Compile the project's packages (and the labs', which children import) once, before
+    any test starts a process.
 
     Under ``PYTHONDONTWRITEBYTECODE`` (set on the machines we run on) no process writes
     the bytecode it compiles, so each of the hundreds of servers, workers, flow runs and
@@ -35,7 +36,7 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     if os.environ.get("PYTEST_XDIST_WORKER") is None:  # once, not in every worker
         root = Path(__file__).resolve().parents[1]
-        for package in ("prefect_coder", "coder_chat"):
+        for package in ("prefect_coder", "coder_chat", "tests"):  # the labs run tests.*
             compileall.compile_dir(root / package, quiet=1)
 
 
