@@ -1,0 +1,151 @@
+"""The lab and benchmark commands the README, the guides and bench/README.md give, and how a test
+runs each of them tiny.
+
+A command is ``python -m tests.…`` or ``python -m bench.…``, on a line of a fenced block (up to
+its comment) or in a code span of the prose, where it may wrap a line and bracket its optional
+options (``[--tries 10]``). Run tiny, a command keeps its options as written but for the sizes its
+module's ``Tiny`` sets: substituted, or added where the command leaves them out (unless
+``add_missing`` is off); an option whose value is ``…`` is the reader's own, and is left out.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", ROOT / "bench" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+LAB_MODULE = re.compile(r"(?:tests|bench)\.[a-z_]+")
+_SPAN = re.compile(r"`(python -m (?:tests|bench)\.[^`]*)`")
+_LINE = re.compile(r"^(python -m (?:tests|bench)\.[^#\n]*)", re.M)
+_ELIDED = "…"
+
+
+@dataclass(frozen=True)
+class Tiny:
+    """How a module's commands run tiny, and the line of output that proves one ran."""
+
+    sizes: dict[str, str]
+    proof: str  # a regex one line of its output (stdout and stderr) must match
+    workdir: bool = False  # given --workdir in a folder others may read (the fleet's servers)
+    timeout: float = 300  # a safety net: a tiny run takes seconds to about a minute
+    needs: tuple[str, ...] = field(default=())  # what it needs beyond the venv, said on failure
+    add_missing: bool = True
+
+
+def doc_commands() -> list[list[str]]:
+    """Every command the pages give, as words, in the order found, without repeats."""
+    found: dict[str, list[str]] = {}
+    for page in PAGES:
+        text = page.read_text()
+        for m in [*_SPAN.finditer(text), *_LINE.finditer(text)]:
+            words = m[1].replace("[", " ").replace("]", " ").split()
+            found.setdefault(" ".join(words), words)
+    return list(found.values())
+
+
+def options_of(words: list[str]) -> list[tuple[str, list[str]]]:
+    """``--a 1 --b x y --c`` as [("--a", ["1"]), ("--b", ["x", "y"]), ("--c", [])]."""
+    options: list[tuple[str, list[str]]] = []
+    for word in words:
+        if word.startswith("--"):
+            options.append((word, []))
+        else:
+            assert options, f"a value before any option: {words}"
+            options[-1][1].append(word)
+    return options
+
+
+def tiny(words: list[str], recipe: Tiny) -> list[str]:
+    """The command's words with its sizes set tiny (see the module's docstring)."""
+    module, written = words[2], options_of(words[3:])
+    argv = ["-m", module]
+    for option, values in written:
+        if option in recipe.sizes:
+            argv += [option, recipe.sizes[option]]
+        elif values != [_ELIDED]:
+            argv += [option, *values]
+    given = {option for option, _ in written}
+    for option, value in recipe.sizes.items():
+        if recipe.add_missing and option not in given:
+            argv += [option, value]
+    return argv
+
+
+NETNS = ("root", "ip", "network namespaces (the fleet lab)")
+# Each module a page names has its recipe: a new command fails its test until it has one.
+TINY = {
+    # Not added: a command without --count replays the schedules its --only names.
+    "tests.campaign": Tiny(
+        {"--count": "1"}, r"^campaign: 1 schedules, 0 violations", add_missing=False
+    ),
+    "tests.fleet": Tiny(
+        {"--count": "1"}, r"^fleet: 1 schedules, 0 violations", workdir=True, needs=NETNS
+    ),
+    "bench.host_recovery": Tiny(
+        {"--tries": "1"}, r"^  kill -> relaunch takes the epoch .*\(n=1:", needs=NETNS
+    ),
+    "bench.recovery": Tiny({"--tries": "1"}, r"^  kill -> relaunch takes the epoch .*\(n=1:"),
+    "bench.durable_step": Tiny(
+        {"--steps": "1", "--chunk": "1"}, r"^    run_turn body minus run_step \(p50s, above\)"
+    ),
+    "bench.fleet": Tiny(
+        {"--sizes": "2", "--repeat": "1", "--repeat-size": "2", "--worker-runs": "1"},
+        r"^every workflow answered its 3 turns$",
+    ),
+    "bench.simulator_throughput": Tiny(
+        {"--deltas": "200", "--chats": "5"}, r"^ +5 +[\d.]+ +[\d.]+ +\d+ +\d+$"
+    ),
+    "bench.client_decode": Tiny(
+        {"--deltas": "200", "--rounds": "1"}, r"^ +64 +[\d,]+ +[\d,]+ +[\d.]+$"
+    ),
+    "bench.client_turns": Tiny(
+        {"--turns": "3", "--sessions": "10"}, r"^memory per idle session \(10 sessions"
+    ),
+    "bench.store_latency": Tiny({"--n": "5"}, r"^  8 concurrent writers .*"),
+    "bench.sweep_scale": Tiny({"--chats": "20"}, r"^ +20 +200 +[\d.]+ +\d+ "),
+}
+
+
+def tiny_commands(modules: re.Pattern[str]) -> list[list[str]]:
+    """The pages' commands of these modules, each run tiny, without repeats (two commands
+    that differ only in a size are one run)."""
+    runs: dict[str, list[str]] = {}
+    for words in doc_commands():
+        if modules.fullmatch(words[2]):
+            argv = tiny(words, TINY[words[2]])
+            runs.setdefault(" ".join(argv), argv)
+    return list(runs.values())
+
+
+def fresh_clone(parent: Path) -> Path:
+    """A ``git clone`` of HEAD: what a reader has, without the working tree's leftovers."""
+    clone = parent / "prefect-coder"
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
+    return clone
+
+
+def run_tiny(argv: list[str], clone: Path, scratch: Path) -> str:
+    """Run the command in the clone with this venv's python; its output, once it exited 0 and
+    printed its recipe's proof."""
+    recipe = TINY[argv[1]]
+    if recipe.workdir:
+        # The fleet's PostgreSQL servers run as "postgres" and must pass through the folder.
+        scratch.chmod(0o755)
+        argv = [*argv, "--workdir", str(scratch / "workdir")]
+    ran = subprocess.run(
+        [sys.executable, *argv],
+        cwd=clone,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=recipe.timeout,
+    )
+    tail = ran.stdout[-4000:]
+    needs = f" (it needs {', '.join(recipe.needs)})" if recipe.needs else ""
+    assert ran.returncode == 0, f"{' '.join(argv)} exited {ran.returncode}{needs}:\n{tail}"
+    assert re.search(recipe.proof, ran.stdout, re.M), f"no line matches {recipe.proof!r}:\n{tail}"
+    return ran.stdout
