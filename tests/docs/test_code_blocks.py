@@ -6,19 +6,23 @@ A block is covered when the line before its fence is a marker a test reads:
 (tests/unit/test_readme_own_project.py), ``<!-- check: demo -->`` (tests/test_demo.py runs it),
 ``<!-- check: types -->`` and ``<!-- check: runs -->`` (python: type-checked, and run against the
 simulator; tests/docs/test_python_blocks.py), or checked here: ``cli`` (every ``prefect-coder``
-line parses with our own CLI) and ``lab`` (every ``python -m tests.…``/``bench.…`` line is one that
-one tests/docs/test_*_commands.py run; a ``python -m pytest`` line names paths and markers
-that exist). Output-only blocks (```text) are exempt: they show what a
-command printed.
+line parses with our own CLI; a ``prefect deployment run`` line names a shipped deployment and
+parameters its flow takes) and ``lab`` (every ``python -m tests.…``/``bench.…`` line is one
+that tests/docs/test_*_commands.py run; a ``python -m pytest`` line names paths and markers that
+exist). Output-only blocks (```text) are exempt: they show what a command printed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
+import inspect
 import io
+import json
 import tomllib
 
 import pytest
+import yaml  # type: ignore[import-untyped]
 
 from prefect_coder.cli import main
 from tests.docs.blocks import ROOT, Block, blocks, commands, of_kind
@@ -40,12 +44,39 @@ def test_every_block_is_covered() -> None:
 
 @pytest.mark.parametrize("block", of_kind("cli"), ids=lambda b: b.name)
 def test_cli_lines_parse(block: Block) -> None:
-    lines = commands(block.body, "prefect-coder ")
+    lines = commands(block.body, "prefect")
+    assert lines, block.body
     for argv in lines:
-        # --help at the end: argparse checks the subcommands on the way, then prints and exits 0.
-        with pytest.raises(SystemExit) as exited, contextlib.redirect_stdout(io.StringIO()):
-            main([*argv[1:], "--help"])
-        assert exited.value.code == 0, argv
+        if argv[0] == "prefect-coder":
+            parses_with_our_cli(argv[1:])
+        else:
+            runs_a_shipped_deployment(argv)
+
+
+def parses_with_our_cli(args: list[str]) -> None:
+    # --help at the end: argparse checks the subcommands on the way, then prints and exits 0.
+    with pytest.raises(SystemExit) as exited, contextlib.redirect_stdout(io.StringIO()):
+        main([*args, "--help"])
+    assert exited.value.code == 0, args
+
+
+def runs_a_shipped_deployment(argv: list[str]) -> None:
+    """``prefect deployment run 'FLOW/DEPLOYMENT' --param k=v …``: a deployment of
+    deployments/prefect.yaml, of that flow, whose parameters the flow takes (JSON where given)."""
+    assert argv[:3] == ["prefect", "deployment", "run"], argv
+    flow_name, deployment = argv[3].split("/")
+    shipped = yaml.safe_load((ROOT / "deployments" / "prefect.yaml").read_text())
+    [spec] = [d for d in shipped["deployments"] if d["name"] == deployment]
+    module, _, name = spec["entrypoint"].partition(":")
+    flow = getattr(importlib.import_module(module), name)
+    assert flow.name == flow_name, (flow.name, argv)
+    taken = inspect.signature(flow.fn).parameters
+    for option, param in zip(argv[4::2], argv[5::2], strict=True):
+        assert option == "--param", argv
+        key, _, value = param.partition("=")
+        assert key in taken, (key, list(taken))
+        if value[:1] in "[{":
+            json.loads(value)
 
 
 @pytest.mark.parametrize("block", of_kind("lab"), ids=lambda b: b.name)
