@@ -10,11 +10,17 @@ module's ``Tiny`` sets: substituted, or added where the command leaves them out 
 
 from __future__ import annotations
 
+import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", ROOT / "bench" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -31,7 +37,7 @@ class Tiny:
     sizes: dict[str, str]
     proof: str  # a regex one line of its output (stdout and stderr) must match
     workdir: bool = False  # given --workdir in a folder others may read (the fleet's servers)
-    timeout: float = 300  # a safety net: a tiny run takes seconds to about a minute
+    timeout: float = 300  # a safety net: a tiny run takes seconds to two minutes
     needs: tuple[str, ...] = field(default=())  # what it needs beyond the venv, said on failure
     add_missing: bool = True
 
@@ -123,31 +129,64 @@ def tiny_commands(modules: re.Pattern[str]) -> list[list[str]]:
     return list(runs.values())
 
 
-def fresh_clone(parent: Path) -> Path:
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A ``git clone`` of HEAD: what a reader has, without the working tree's leftovers."""
-    clone = parent / "prefect-coder"
-    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
-    return clone
+    folder = tmp_path_factory.mktemp("clone") / "prefect-coder"
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(folder)], check=True)
+    return folder
 
 
-def run_tiny(argv: list[str], clone: Path, scratch: Path) -> str:
+def tiny_params(modules: re.Pattern[str]) -> list[Any]:
+    """``tiny_commands`` as pytest parameters, each with its recipe's time limit and a minute
+    for the test to report it (pytest's own default, 120 s, is shorter than some tiny runs)."""
+    return [
+        pytest.param(
+            argv, id=" ".join(argv[1:]), marks=pytest.mark.timeout(TINY[argv[1]].timeout + 60)
+        )
+        for argv in tiny_commands(modules)
+    ]
+
+
+def run_tiny(argv: list[str], clone: Path) -> str:
     """Run the command in the clone with this venv's python; its output, once it exited 0 and
     printed its recipe's proof."""
     recipe = TINY[argv[1]]
-    if recipe.workdir:
-        # The fleet's PostgreSQL servers run as "postgres" and must pass through the folder.
-        scratch.chmod(0o755)
-        argv = [*argv, "--workdir", str(scratch / "workdir")]
-    ran = subprocess.run(
+    with tempfile.TemporaryDirectory(prefix="prefect-coder-docs-") as folder:
+        if recipe.workdir:
+            # The fleet's PostgreSQL servers run as "postgres" and must pass through the
+            # folder: pytest's own temporary folders are its owner's alone (mode 700).
+            Path(folder).chmod(0o755)
+            argv = [*argv, "--workdir", folder]
+        code, output = _run(argv, clone, recipe.timeout)
+    tail = output[-4000:]
+    needs = f" (it needs {', '.join(recipe.needs)})" if recipe.needs else ""
+    assert code == 0, f"{' '.join(argv)} exited {code}{needs}:\n{tail}"
+    assert re.search(recipe.proof, output, re.M), f"no line matches {recipe.proof!r}:\n{tail}"
+    return output
+
+
+def _run(argv: list[str], cwd: Path, timeout: float) -> tuple[int, str]:
+    """Its exit code and output (stdout and stderr). Past ``timeout`` its process group is
+    asked to stop (a lab tears its servers down on SIGTERM), then killed."""
+    with subprocess.Popen(
         [sys.executable, *argv],
-        cwd=clone,
+        cwd=cwd,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        timeout=recipe.timeout,
-    )
-    tail = ran.stdout[-4000:]
-    needs = f" (it needs {', '.join(recipe.needs)})" if recipe.needs else ""
-    assert ran.returncode == 0, f"{' '.join(argv)} exited {ran.returncode}{needs}:\n{tail}"
-    assert re.search(recipe.proof, ran.stdout, re.M), f"no line matches {recipe.proof!r}:\n{tail}"
-    return ran.stdout
+        start_new_session=True,
+    ) as process:
+        try:
+            output, _ = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                output, _ = process.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                output, _ = process.communicate()
+            raise AssertionError(
+                f"{' '.join(argv)} ran past {timeout} s:\n{output[-4000:]}"
+            ) from None
+    return process.returncode, output

@@ -3,7 +3,8 @@
 Each ``python -m tests.…`` command of the README, the guides and bench/README.md runs in a
 ``git clone`` of HEAD with the current venv's python, its options as written but for its sizes,
 set tiny (tests/docs/lab_commands.py); it must exit 0 and print the line that says it ran at that
-size. The benchmarks' commands: test_bench_commands.py; the fleet lab's: test_fleet_commands.py.
+size. The benchmarks' commands: test_bench_commands.py and test_recovery_command.py; the fleet
+lab's: test_fleet_commands.py.
 """
 
 from __future__ import annotations
@@ -17,9 +18,8 @@ from tests.docs.lab_commands import (
     LAB_MODULE,
     TINY,
     doc_commands,
-    fresh_clone,
     run_tiny,
-    tiny_commands,
+    tiny_params,
 )
 
 CAMPAIGN = re.compile(r"tests\.campaign")
@@ -35,11 +35,6 @@ def test_every_command_has_a_tiny_recipe() -> None:
     assert {words[2] for words in doc_commands()} <= set(TINY)
 
 
-@pytest.fixture(scope="module")
-def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return fresh_clone(tmp_path_factory.mktemp("clone"))
-
-
-@pytest.mark.parametrize("argv", tiny_commands(CAMPAIGN), ids=" ".join)
-def test_campaign_command_runs_tiny(argv: list[str], clone: Path, tmp_path: Path) -> None:
-    run_tiny(argv, clone, tmp_path)
+@pytest.mark.parametrize("argv", tiny_params(CAMPAIGN))
+def test_campaign_command_runs_tiny(argv: list[str], clone: Path) -> None:
+    run_tiny(argv, clone)
