@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from tests.docs.needs import check_needs
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", ROOT / "bench" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 LAB_MODULE = re.compile(r"(?:tests|bench)\.[a-z_]+")
@@ -35,10 +37,10 @@ class Tiny:
     """How a module's commands run tiny, and the line of output that proves one ran."""
 
     sizes: dict[str, str]
-    proof: str  # a regex one line of its output (stdout and stderr) must match
+    proof: str  # a regex its output (stdout and stderr) must match, ^ and $ at each line
     workdir: bool = False  # given --workdir in a folder others may read (the fleet's servers)
     timeout: float = 300  # a safety net: a tiny run takes seconds to two minutes
-    needs: tuple[str, ...] = field(default=())  # what it needs beyond the venv, said on failure
+    needs: tuple[str, ...] = field(default=())  # beyond the venv: names of tests/docs/needs.py
     add_missing: bool = True
 
 
@@ -81,26 +83,38 @@ def tiny(words: list[str], recipe: Tiny) -> list[str]:
     return argv
 
 
-NETNS = ("root", "ip", "network namespaces (the fleet lab)")
 # Each module a page names has its recipe: a new command fails its test until it has one.
 TINY = {
     # Not added: a command without --count replays the schedules its --only names.
     "tests.campaign": Tiny(
-        {"--count": "1"}, r"^campaign: 1 schedules, 0 violations", add_missing=False
+        {"--count": "1"},
+        r"^campaign: 1 schedules, 0 violations",
+        needs=("private postgres",),
+        add_missing=False,
     ),
     "tests.fleet": Tiny(
-        {"--count": "1"}, r"^fleet campaign: 1 schedules, 0 violations", workdir=True, needs=NETNS
+        {"--count": "1"},
+        r"^fleet campaign: 1 schedules, 0 violations",
+        workdir=True,
+        needs=("netns",),
     ),
     "bench.host_recovery": Tiny(
-        {"--tries": "1"}, r"^  kill -> relaunch takes the epoch .*\(n=1:", needs=NETNS
+        {"--tries": "1"}, r"^  kill -> relaunch takes the epoch .*\(n=1:", needs=("netns",)
     ),
-    "bench.recovery": Tiny({"--tries": "1"}, r"^  kill -> relaunch takes the epoch .*\(n=1:"),
+    "bench.recovery": Tiny(
+        {"--tries": "1"},
+        r"^  kill -> relaunch takes the epoch .*\(n=1:",
+        needs=("private postgres",),
+    ),
     "bench.durable_step": Tiny(
-        {"--steps": "1", "--chunk": "1"}, r"^    run_turn body minus run_step \(p50s, above\)"
+        {"--steps": "1", "--chunk": "1"},
+        r"^    run_turn body minus run_step \(p50s, above\)",
+        needs=("postgres",),
     ),
     "bench.fleet": Tiny(
         {"--sizes": "2", "--repeat": "1", "--repeat-size": "2", "--worker-runs": "1"},
-        r"^every workflow answered its 3 turns$",
+        r"(?s)^  \(c'\) durable_chats PG .*^every workflow answered its 3 turns$",
+        needs=("postgres",),
     ),
     "bench.simulator_throughput": Tiny(
         {"--deltas": "200", "--chats": "5"}, r"^ +5 +[\d.]+ +[\d.]+ +\d+ +\d+$"
@@ -111,7 +125,9 @@ TINY = {
     "bench.client_turns": Tiny(
         {"--turns": "3", "--sessions": "10"}, r"^memory per idle session \(10 sessions"
     ),
-    "bench.store_latency": Tiny({"--n": "5"}, r"^  8 concurrent writers .*"),
+    "bench.store_latency": Tiny(
+        {"--n": "5"}, r"(?s)^postgres \S+ at .*^  8 concurrent writers ", needs=("postgres",)
+    ),
     "bench.sweep_scale": Tiny({"--chats": "20"}, r"^ +20 +200 +[\d.]+ +\d+ "),
 }
 
@@ -152,6 +168,7 @@ def run_tiny(argv: list[str], clone: Path) -> str:
     """Run the command in the clone with this venv's python; its output, once it exited 0 and
     printed its recipe's proof."""
     recipe = TINY[argv[1]]
+    check_needs(recipe.needs)
     with tempfile.TemporaryDirectory(prefix="prefect-coder-docs-") as folder:
         if recipe.workdir:
             # The fleet's PostgreSQL servers run as "postgres" and must pass through the
@@ -160,8 +177,7 @@ def run_tiny(argv: list[str], clone: Path) -> str:
             argv = [*argv, "--workdir", folder]
         code, output = _run(argv, clone, recipe.timeout)
     tail = output[-4000:]
-    needs = f" (it needs {', '.join(recipe.needs)})" if recipe.needs else ""
-    assert code == 0, f"{' '.join(argv)} exited {code}{needs}:\n{tail}"
+    assert code == 0, f"{' '.join(argv)} exited {code}:\n{tail}"
     assert re.search(recipe.proof, output, re.M), f"no line matches {recipe.proof!r}:\n{tail}"
     return output
 

@@ -10,6 +10,7 @@ lab's: test_fleet_commands.py.
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from tests.docs.lab_commands import (
     TINY,
     doc_commands,
     run_tiny,
+    tiny,
     tiny_params,
 )
 
@@ -33,6 +35,22 @@ def test_the_docs_name_lab_commands() -> None:
 
 def test_every_command_has_a_tiny_recipe() -> None:
     assert {words[2] for words in doc_commands()} <= set(TINY)
+
+
+def test_a_tiny_run_keeps_the_options_as_written_but_the_sizes() -> None:
+    def tiny_of(command: str) -> str:
+        words = shlex.split(command)
+        return " ".join(tiny(words, TINY[words[2]]))
+
+    assert tiny_of("python -m bench.durable_step --steps 200 --dsn …") == (
+        "-m bench.durable_step --steps 1 --chunk 1"
+    )
+    assert tiny_of("python -m tests.campaign --count 20 --seed 7 --variant refund") == (
+        "-m tests.campaign --count 1 --seed 7 --variant refund"
+    )
+    assert tiny_of("python -m tests.campaign --seed 31337 --only 417") == (
+        "-m tests.campaign --seed 31337 --only 417"
+    )
 
 
 @pytest.mark.parametrize("argv", tiny_params(CAMPAIGN))

@@ -2,9 +2,10 @@
 
 ``<!-- check: types uses=a,b -->``: the block is a module of its own for ``mypy --strict`` with
 the project's configuration, as the body of an async function (it may ``await`` at top level, as
-in ``python -m asyncio``) after an import of the names it uses from
-``tests/docs/fragment_names.py`` (where each is declared with its type). ``<!-- check: runs uses=… -->``: type-checked the same
-way, then executed here against the simulator, its names bound to live values.
+in ``python -m asyncio``), after an import of the names it uses from
+``tests/docs/fragment_names.py``, where each is declared with its type.
+``<!-- check: runs uses=… -->``: type-checked the same way, then executed here against the
+simulator, its names bound to live values.
 """
 
 from __future__ import annotations
