@@ -39,7 +39,7 @@ class Tiny:
     sizes: dict[str, str]
     proof: str  # a regex its output (stdout and stderr) must match, ^ and $ at each line
     workdir: bool = False  # given --workdir in a folder others may read (the fleet's servers)
-    timeout: float = 300  # a safety net: a tiny run takes seconds to two minutes
+    timeout: float = 600  # a safety net: a tiny run takes seconds to two minutes, more if loaded
     needs: tuple[str, ...] = field(default=())  # beyond the venv: names of tests/docs/needs.py
     add_missing: bool = True
 
