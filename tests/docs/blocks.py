@@ -9,13 +9,18 @@ from __future__ import annotations
 
 import re
 import shlex
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# A fence at the start of a line, or indented as in a list item (its marker and its closing
+# fence indented alike).
 FENCE = re.compile(
-    r"(?:<!-- (?P<tag>[a-z-]+):(?P<arg>[^>]*)-->\n)?```(?P<lang>\w*)\n(?P<body>.*?)\n```", re.S
+    r"^(?P<indent>[ \t]*)(?:<!-- (?P<tag>[a-z-]+):(?P<arg>[^>]*)-->\n(?P=indent))?"
+    r"```(?P<lang>\w*)\n(?P<body>.*?)\n(?P=indent)```",
+    re.S | re.M,
 )
 
 
@@ -41,7 +46,8 @@ def _block(page: Path, text: str, m: re.Match[str]) -> Block:
     line = text.count("\n", 0, m.start("lang")) + 1
     kind = words[0] if words else ""
     page_name = str(page.relative_to(ROOT))
-    return Block(page_name, line, m["tag"], kind, m["lang"], m["body"], uses)
+    body = textwrap.dedent(m["body"]) if m["indent"] else m["body"]
+    return Block(page_name, line, m["tag"], kind, m["lang"], body, uses)
 
 
 def blocks() -> list[Block]:

@@ -11,6 +11,9 @@ from __future__ import annotations
 import uuid
 from typing import Protocol
 
+from prefect_coder import DurableChat
+from prefect_coder.examples.refund import RefundPlan as RefundPlan  # the README's example
+
 
 class Payments(Protocol):
     """The reader's payments service: charges a card at most once per idempotency key."""
@@ -24,3 +27,4 @@ token: str
 org: str
 tickets: list[int]  # the reader's tickets, one workflow each
 chat_id: uuid.UUID  # a chat the simulator holds
+chat: DurableChat  # the workflow's chat, in a flow of your own
