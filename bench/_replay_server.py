@@ -1,9 +1,9 @@
 """A minimal stand-in for the stream endpoint that replays pre-encoded frames.
 
 ``/api/v2/chats/<chat>/stream`` where ``<chat>`` is ``frames-<N>`` sends 100,000
-``message_part`` deltas in frames of N events, then ``status: waiting``. Any other
-HTTP request gets ``[]`` (enough for the client's prefix probe). Run as a module;
-it prints its port on the first line.
+``message_part`` deltas (or as many as its first argument says) in frames of N events, then
+``status: waiting``. Any other HTTP request gets ``[]`` (enough for the client's prefix probe).
+Run as a module; it prints its port on the first line.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ DELTAS = 100_000
 CHAT = "0b5e7c6a-0000-4000-8000-000000000000"
 
 
-def frames(per_frame: int) -> list[str]:
+def frames(per_frame: int, deltas: int) -> list[str]:
     events = [
         {
             "type": "message_part",
@@ -34,7 +34,7 @@ def frames(per_frame: int) -> list[str]:
                 "seq": seq,
             },
         }
-        for seq in range(1, DELTAS + 1)
+        for seq in range(1, deltas + 1)
     ]
     events.append({"type": "status", "chat_id": CHAT, "status": {"status": "waiting"}})
     return [
@@ -62,9 +62,9 @@ async def handler(ws: ServerConnection) -> None:
     await ws.wait_closed()
 
 
-async def main() -> None:
+async def main(deltas: int) -> None:
     for size in (1, 64):
-        CACHE[size] = frames(size)
+        CACHE[size] = frames(size, deltas)
     # No compression, as coderd serves chat streams: deflate would change the
     # measured decode cost, and no client of Coder ever pays it.
     async with serve(
@@ -81,4 +81,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(asyncio.run(main(int(sys.argv[1]) if len(sys.argv) > 1 else DELTAS)))

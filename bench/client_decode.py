@@ -9,6 +9,7 @@ uncompressed, as Coder serves it.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import subprocess
@@ -17,7 +18,7 @@ import time
 
 import websockets
 
-from bench._cli import no_options
+from bench._cli import parser
 from bench._replay_server import DELTAS
 from coder_chat import ChatClient, ChatStream
 from coder_chat.protocol.models import StatusEvent
@@ -55,28 +56,32 @@ async def client_loop(base: str, per_frame: int) -> float:
     return count / (time.perf_counter() - started)
 
 
-async def measure(base: str) -> None:
-    print(f"decode rate over {DELTAS:,} deltas (best of {ROUNDS}):")
+async def measure(base: str, deltas: int, rounds: int) -> None:
+    print(f"decode rate over {deltas:,} deltas (best of {rounds}):")
     print(f"  {'events/frame':>12} {'bare ev/s':>12} {'client ev/s':>12} {'ratio':>6}")
     for per_frame in (1, 64):
-        bare = max([await bare_loop(base, per_frame) for _ in range(ROUNDS)])
-        ours = max([await client_loop(base, per_frame) for _ in range(ROUNDS)])
+        bare = max([await bare_loop(base, per_frame) for _ in range(rounds)])
+        ours = max([await client_loop(base, per_frame) for _ in range(rounds)])
         print(f"  {per_frame:>12} {bare:>12,.0f} {ours:>12,.0f} {ours / bare:>6.2f}")
 
 
-def main() -> None:
+def main(args: argparse.Namespace) -> None:
     server = subprocess.Popen(
-        [sys.executable, "-m", "bench._replay_server"], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "bench._replay_server", str(args.deltas)],
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
-        asyncio.run(measure(f"http://127.0.0.1:{port}"))
+        asyncio.run(measure(f"http://127.0.0.1:{port}", args.deltas, args.rounds))
     finally:
         server.terminate()
         server.wait(timeout=10)
 
 
 if __name__ == "__main__":
-    no_options(__doc__)
-    main()
+    cli = parser(__doc__)
+    cli.add_argument("--deltas", type=int, default=DELTAS, help="deltas in each stream")
+    cli.add_argument("--rounds", type=int, default=ROUNDS, help="streams read per loop (best of)")
+    main(cli.parse_args())

@@ -8,13 +8,14 @@ REST calls, the WebSocket dial, decoding and settling.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import gc
 import statistics
 import time
 import tracemalloc
 
-from bench._cli import no_options
+from bench._cli import parser
 from coder_chat import ChatClient, ChatSession
 from coder_chat.simulator import SimulatorConfig, serve_simulator
 
@@ -27,20 +28,20 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))] * 1000
 
 
-async def turn_latency() -> None:
+async def turn_latency(turns: int) -> None:
     async with serve_simulator(SimulatorConfig()) as sim:
         session = ChatSession.connect(sim.base_url, sim.token, str(sim.organization_id))
         await session.generate("warm up")
         sim.records.turns.clear()
         walls = []
-        for index in range(TURNS):
+        for index in range(turns):
             started = time.perf_counter()
             await session.generate(f"turn {index}")
             walls.append(time.perf_counter() - started)
         await session.aclose()
         server = [t.duration for t in sim.records.turns]
     overhead = [w - s for w, s in zip(walls, server, strict=True)]
-    print(f"turn latency over {TURNS} turns on one chat (ms):")
+    print(f"turn latency over {turns} turns on one chat (ms):")
     print(f"  {'':>22} {'p50':>7} {'p99':>7}")
     for name, values in (
         ("generate()", walls),
@@ -51,7 +52,7 @@ async def turn_latency() -> None:
     print(f"  mean overhead {statistics.mean(overhead) * 1000:.2f} ms")
 
 
-def idle_sessions(shared: bool) -> float:
+def idle_sessions(shared: bool, count: int) -> float:
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
@@ -63,24 +64,26 @@ def idle_sessions(shared: bool) -> float:
             chat_id=f"chat-{i}",
             last_seen_message_id=i + 1,
         )
-        for i in range(SESSIONS)
+        for i in range(count)
     ]
     gc.collect()
     used = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     del sessions
-    return used / SESSIONS
+    return used / count
 
 
-async def main() -> None:
-    await turn_latency()
-    own = idle_sessions(shared=False)
-    shared = idle_sessions(shared=True)
-    print(f"memory per idle session ({SESSIONS:,} sessions, tracemalloc):")
+async def main(args: argparse.Namespace) -> None:
+    await turn_latency(args.turns)
+    own = idle_sessions(shared=False, count=args.sessions)
+    shared = idle_sessions(shared=True, count=args.sessions)
+    print(f"memory per idle session ({args.sessions:,} sessions, tracemalloc):")
     print(f"  with its own HTTP client   {own / 1024:8.1f} KiB")
     print(f"  sharing one ChatClient     {shared / 1024:8.1f} KiB")
 
 
 if __name__ == "__main__":
-    no_options(__doc__)
-    asyncio.run(main())
+    cli = parser(__doc__)
+    cli.add_argument("--turns", type=int, default=TURNS, help="turns timed on one chat")
+    cli.add_argument("--sessions", type=int, default=SESSIONS, help="idle sessions weighed")
+    asyncio.run(main(cli.parse_args()))

@@ -12,6 +12,7 @@ The simulator runs in its own process; nothing is timed inside a test.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import statistics
@@ -22,7 +23,7 @@ from typing import Any
 import httpx
 import websockets
 
-from bench._cli import no_options
+from bench._cli import int_list, parser
 from bench._simproc import SimProcess, simulator_process
 
 DELTAS = 100_000
@@ -50,9 +51,9 @@ async def read_turn(sim: SimProcess, chat_id: str) -> int:
     raise RuntimeError("stream closed before the turn settled")
 
 
-async def single_stream(sim: SimProcess) -> None:
+async def single_stream(sim: SimProcess, deltas: int) -> None:
     async with httpx.AsyncClient(base_url=sim.base_url, headers=sim.headers) as http:
-        chat_id = await create(http, sim, f"bench /sleep 0.3 /deltas {DELTAS}")
+        chat_id = await create(http, sim, f"bench /sleep 0.3 /deltas {deltas}")
         started = time.perf_counter()
         events = await read_turn(sim, chat_id)
         elapsed = time.perf_counter() - started - 0.3
@@ -66,14 +67,14 @@ async def one_turn(http: httpx.AsyncClient, sim: SimProcess, index: int) -> floa
     return time.perf_counter() - started
 
 
-async def concurrent_chats(sim: SimProcess) -> None:
+async def concurrent_chats(sim: SimProcess, levels: tuple[int, ...]) -> None:
     print("concurrent chats (turn of 20 deltas each, own stream socket each):")
     print(f"  {'chats':>6} {'wall s':>8} {'turns/s':>9} {'p50 ms':>8} {'p99 ms':>8}")
     limits = httpx.Limits(max_connections=500, max_keepalive_connections=500)
     async with httpx.AsyncClient(
         base_url=sim.base_url, headers=sim.headers, limits=limits, timeout=60
     ) as http:
-        for level in LEVELS:
+        for level in levels:
             started = time.perf_counter()
             latencies = sorted(
                 await asyncio.gather(*(one_turn(http, sim, i) for i in range(level)))
@@ -84,13 +85,22 @@ async def concurrent_chats(sim: SimProcess) -> None:
             print(f"  {level:>6} {wall:>8.2f} {level / wall:>9.1f} {p50:>8.0f} {p99:>8.0f}")
 
 
-async def main() -> None:
+async def main(args: argparse.Namespace) -> None:
     with simulator_process() as sim:
-        await single_stream(sim)
-        await concurrent_chats(sim)
+        await single_stream(sim, args.deltas)
+        await concurrent_chats(sim, args.chats)
+
+
+def parse() -> argparse.Namespace:
+    cli = parser(__doc__)
+    cli.add_argument("--deltas", type=int, default=DELTAS, help="deltas of the single stream")
+    cli.add_argument(
+        "--chats", type=int_list, default=LEVELS, help="numbers of chats at once (10,50,...)"
+    )
+    return cli.parse_args()
 
 
 if __name__ == "__main__":
-    no_options(__doc__)
+    options = parse()
     sys.path.insert(0, ".")
-    asyncio.run(main())
+    asyncio.run(main(options))

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench._cli import no_options
+from bench._cli import int_list, parser
 from coder_chat import ChatClient
 from coder_chat.durable.markers import chat_labels
 from coder_chat.durable.sqlite import SqliteStore
@@ -49,16 +49,19 @@ async def one(chats: int, page_size: int) -> None:
         )
 
 
-async def main() -> None:
+async def main(sizes: tuple[int, ...]) -> None:
     print("sweep, dry run (list + classify every labelled chat):")
     print(
         f"  {'chats':>7} {'page':>6} {'time s':>8} {'requests':>9} {'chats/s':>10} {'orphans':>8}"
     )
-    for chats in SIZES:
+    for chats in sizes:
         for page_size in PAGE_SIZES:
             await one(chats, page_size)
 
 
 if __name__ == "__main__":
-    no_options(__doc__)
-    asyncio.run(main())
+    cli = parser(__doc__)
+    cli.add_argument(
+        "--chats", type=int_list, default=SIZES, help="labelled chats seeded (1000,10000)"
+    )
+    asyncio.run(main(cli.parse_args().chats))

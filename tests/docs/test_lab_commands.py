@@ -1,50 +1,58 @@
-"""Every lab and benchmark command the docs give names a module whose CLI starts from a fresh clone.
+"""Every lab command the docs give runs as written from a fresh clone, tiny.
 
-Each ``python -m tests.…`` / ``python -m bench.…`` the README, the guides and bench/README.md name
-is run with ``--help`` in a ``git clone`` of HEAD (the current venv's python): the module is
-shipped in the repository and its argument parser builds without anything the working tree
-alone has. Not yet: running each with a tiny count (the fleet lab needs root and network
-namespaces; a campaign schedule takes a Prefect API and several processes).
+Each ``python -m tests.…`` command of the README, the guides and bench/README.md runs in a
+``git clone`` of HEAD with the current venv's python, its options as written but for its sizes,
+set tiny (tests/docs/lab_commands.py); it must exit 0 and print the line that says it ran at that
+size. The benchmarks' commands: test_bench_commands.py and test_recovery_command.py; the fleet
+lab's: test_fleet_commands.py.
 """
 
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
+import shlex
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PAGES = [ROOT / "README.md", ROOT / "bench" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
-COMMAND = re.compile(r"python -m ((?:tests|bench)\.[a-z_]+)")
+from tests.docs.lab_commands import (
+    LAB_MODULE,
+    TINY,
+    doc_commands,
+    run_tiny,
+    tiny,
+    tiny_params,
+)
 
-
-def lab_modules() -> list[str]:
-    return sorted({m for page in PAGES for m in COMMAND.findall(page.read_text())})
-
-
-@pytest.fixture(scope="module")
-def fresh_clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    clone = tmp_path_factory.mktemp("clone") / "prefect-coder"
-    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True)
-    return clone
+CAMPAIGN = re.compile(r"tests\.campaign")
 
 
 def test_the_docs_name_lab_commands() -> None:
-    assert {"tests.campaign", "tests.fleet", "bench.durable_step"} <= set(lab_modules())
+    modules = {words[2] for words in doc_commands()}
+    assert {"tests.campaign", "tests.fleet", "bench.durable_step"} <= modules
+    assert all(LAB_MODULE.fullmatch(module) for module in modules), modules
 
 
-@pytest.mark.parametrize("module", lab_modules())
-def test_lab_command_starts_from_a_fresh_clone(module: str, fresh_clone: Path) -> None:
-    ran = subprocess.run(
-        [sys.executable, "-m", module, "--help"],
-        cwd=fresh_clone,
-        capture_output=True,
-        text=True,
-        # --help answers at once; a command that ignored it would start a whole run.
-        timeout=90,
+def test_every_command_has_a_tiny_recipe() -> None:
+    assert {words[2] for words in doc_commands()} <= set(TINY)
+
+
+def test_a_tiny_run_keeps_the_options_as_written_but_the_sizes() -> None:
+    def tiny_of(command: str) -> str:
+        words = shlex.split(command)
+        return " ".join(tiny(words, TINY[words[2]]))
+
+    assert tiny_of("python -m bench.durable_step --steps 200 --dsn …") == (
+        "-m bench.durable_step --steps 1 --chunk 1"
     )
-    assert ran.returncode == 0, ran.stdout + ran.stderr
-    assert ran.stdout.startswith("usage:"), ran.stdout
+    assert tiny_of("python -m tests.campaign --count 20 --seed 7 --variant refund") == (
+        "-m tests.campaign --count 1 --seed 7 --variant refund"
+    )
+    assert tiny_of("python -m tests.campaign --seed 31337 --only 417") == (
+        "-m tests.campaign --seed 31337 --only 417"
+    )
+
+
+@pytest.mark.parametrize("argv", tiny_params(CAMPAIGN))
+def test_campaign_command_runs_tiny(argv: list[str], clone: Path) -> None:
+    run_tiny(argv, clone)
