@@ -95,9 +95,12 @@ async def test_two_fleets_in_one_process_share_one_frozen_heap(
 ) -> None:
     """The heap stays frozen while any fleet runs and is thawed when the last one ends:
     a fleet that ends first leaves it frozen for the other (every step of the longer
-    fleet, its last ones too, finds it frozen). Whether the two overlap from the start
-    is up to the event loop: if the short one ends before the long one begins, the
-    heap is thawed between them and frozen anew, as it should be."""
+    fleet, its last ones too, finds it frozen), and it is thawed after both.
+
+    Not checked: that the count never rises while frozen. One CI run saw a later step
+    find more frozen objects than an earlier one, which only a second freeze explains;
+    the two fleets may not overlap from the start (then a thaw and a new freeze between
+    them are right), and what happened there is not known yet."""
     FREEZE_COUNTS.clear()
     assert gc.get_freeze_count() == 0
     await asyncio.gather(
