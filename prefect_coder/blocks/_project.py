@@ -2,8 +2,23 @@
 
 from __future__ import annotations
 
+import os
+
 #: The project's home; its README is the documentation each block links to.
 PROJECT_URL = "https://github.com/prefect-coder/prefect-coder"
 DOCS_URL = f"{PROJECT_URL}#readme"
-#: The logo committed beside the blocks (prefect_coder/blocks/logo.png), as the UI fetches it.
-LOGO_URL = f"{PROJECT_URL}/raw/main/prefect_coder/blocks/logo.png"
+#: The logo shipped beside the blocks (prefect_coder/blocks/logo.png), as the project's
+#: home serves it.
+HOSTED_LOGO_URL = f"{PROJECT_URL}/raw/main/prefect_coder/blocks/logo.png"
+#: Where a team whose browsers cannot reach the project's home serves that file itself.
+LOGO_URL_VARIABLE = "PREFECT_CODER_LOGO_URL"
+
+
+class LogoUrl:
+    """A block type's logo address, read whenever Prefect registers the type (every save
+    does), not once at import: ``PREFECT_CODER_LOGO_URL`` when it is set, the hosted copy
+    otherwise. Prefect's schema takes only an http(s) address, so an offline UI shows the
+    logo only if someone on its network serves it."""
+
+    def __get__(self, instance: object, owner: type | None = None) -> str:
+        return os.environ.get(LOGO_URL_VARIABLE) or HOSTED_LOGO_URL

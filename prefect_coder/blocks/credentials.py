@@ -11,7 +11,7 @@ from pydantic import Field, SecretStr
 from coder_chat import ChatClient, ChatOptions, ChatSession, CoderConfigError
 from coder_chat.client.events import TransportCallback
 from coder_chat.settings import CoderSettings
-from prefect_coder.blocks._project import DOCS_URL, LOGO_URL
+from prefect_coder.blocks._project import DOCS_URL, LogoUrl
 from prefect_coder.blocks._shared import shared_client
 
 
@@ -46,7 +46,7 @@ class CoderCredentials(CredentialsBlock):
         "no log line, artifact or repr carries it."
     )
     _documentation_url: ClassVar[Any] = DOCS_URL
-    _logo_url: ClassVar[Any] = LOGO_URL
+    _logo_url: ClassVar[Any] = LogoUrl()
 
     # Required, so that a saved block's reference ({"$ref": ...}) can never also read as
     # the block's own fields: Prefect refuses a parameter that matches both.

@@ -11,7 +11,7 @@ from pydantic import Field, SecretStr
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.store import DurableStore
 from coder_chat.settings import CoderSettings
-from prefect_coder.blocks._project import DOCS_URL, LOGO_URL
+from prefect_coder.blocks._project import DOCS_URL, LogoUrl
 from prefect_coder.blocks._shared import shared_store
 
 
@@ -38,7 +38,7 @@ class SqliteLedger(Block):
         "~/.prefect-coder/ledger.sqlite3."
     )
     _documentation_url: ClassVar[Any] = DOCS_URL
-    _logo_url: ClassVar[Any] = LOGO_URL
+    _logo_url: ClassVar[Any] = LogoUrl()
     _block_schema_capabilities: ClassVar[list[str]] = ["coder-ledger-store"]
 
     # Required, so that a saved block's reference can never also read as its fields.
@@ -88,7 +88,7 @@ class PostgresLedger(Block):
         "password, so it is kept secret."
     )
     _documentation_url: ClassVar[Any] = DOCS_URL
-    _logo_url: ClassVar[Any] = LOGO_URL
+    _logo_url: ClassVar[Any] = LogoUrl()
     _block_schema_capabilities: ClassVar[list[str]] = ["coder-ledger-store"]
 
     dsn: SecretStr = Field(

@@ -59,6 +59,18 @@ class TestBlockStandards(BlockStandardTestSuite):
             assert 1000 > image.width > 45, image.size
 
 
+def test_a_team_offline_registers_the_logo_it_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Read when each block type is registered, not at import: every save registers again."""
+    served = "http://assets.example.internal/prefect-coder/logo.png"
+    monkeypatch.setenv("PREFECT_CODER_LOGO_URL", served)
+    assert {str(b._to_block_type().logo_url) for b in ALL_BLOCKS} == {served}
+    monkeypatch.delenv("PREFECT_CODER_LOGO_URL")
+    hosted = {str(b._to_block_type().logo_url) for b in ALL_BLOCKS}
+    assert hosted == {
+        f"https://github.com/prefect-coder/prefect-coder/raw/main/{LOGO.relative_to(ROOT)}"
+    }
+
+
 def test_slugs_are_prefixed_and_stable() -> None:
     assert [b.get_block_type_slug() for b in ALL_BLOCKS] == [
         "prefect-coder-credentials",

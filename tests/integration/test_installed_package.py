@@ -17,6 +17,7 @@ import json
 import os
 import shlex
 import sys
+import zipfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from textwrap import dedent
@@ -140,6 +141,8 @@ async def install_the_wheel(procs: Processes, tmp: Path) -> Path:
         env=base, cwd=tmp, timeout=STEP_TIMEOUT,
     )  # fmt: skip
     [wheel] = dist.glob("prefect_coder-*.whl")
+    with zipfile.ZipFile(wheel) as files:  # served by a team whose browsers are offline
+        assert "prefect_coder/blocks/logo.png" in files.namelist()
     await procs.run("venv", uv, "venv", "--quiet", str(venv), env=base, cwd=tmp)
     # Compiled as pip compiles what it installs: else the server, the simulator and the
     # CLI, started side by side, each compile the same modules on their first import.

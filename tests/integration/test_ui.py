@@ -14,7 +14,9 @@ browser does what a person does:
    and the progress artifact;
 4. launches durable-chats from its form with two workflows, and reads the run's name
    (its workflows) and the log lines that each name their workflow;
-5. opens the saved block's page, where the token shows only as asterisks.
+5. opens the saved block's page, where the token shows only as asterisks and the block's
+   logo is drawn from the copy a local web server serves (``PREFECT_CODER_LOGO_URL``, as
+   a team whose browsers cannot reach the project's home sets it).
 
 Screenshots of the filled form and of the run page (logs, artifacts) are written to
 test-output/ at the repository root. Nothing outside loopback is fetched: the browser
@@ -23,7 +25,9 @@ aborts any other request.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 import uuid
 from pathlib import Path
 
@@ -38,21 +42,49 @@ from tests.integration.browser import (
     open_page,
     screenshot,
 )
-from tests.integration.procs import NEEDS_PROC, Proc, Processes, until
+from tests.integration.procs import (
+    NEEDS_PROC,
+    Proc,
+    Processes,
+    clean_env,
+    free_port,
+    http_ok,
+    until,
+)
 from tests.integration.ui_stack import ui_stack
 from tests.names import run_name
 
 from .ui_support import UI_TIMEOUT_MS, Clock
 
 BLOCK = "ui-simulator"
+BLOCKS = Path(__file__).resolve().parents[2] / "prefect_coder" / "blocks"
 PROMPTS = ["Say hello", "Say goodbye"]
 
 pytestmark = [pytest.mark.timeout(480), NEEDS_PROC]
 
 
-async def test_launch_durable_chat_from_the_ui_and_read_the_run(tmp_path: Path) -> None:
+async def test_launch_durable_chat_from_the_ui_and_read_the_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async with browser_lab(tmp_path, "ui-") as lab:
+        logo = await serve_the_logo(lab.procs, tmp_path)
+        # Read when the blocks are saved, in this process, before the browser opens them.
+        monkeypatch.setenv("PREFECT_CODER_LOGO_URL", logo)
         await scenario(lab.procs, tmp_path, lab.browser_path, lab.database)
+
+
+async def serve_the_logo(procs: Processes, tmp: Path) -> str:
+    """A plain web server on loopback, serving the logo.png the package ships."""
+    port = free_port()
+    argv = ("-m", "http.server", str(port), "--bind", "127.0.0.1", "--directory", str(BLOCKS))
+    proc = await procs.start("logo", sys.executable, *argv, env=clean_env(), cwd=tmp)
+    url = f"http://127.0.0.1:{port}/logo.png"
+
+    async def served() -> bool | None:
+        return await http_ok(url) or None
+
+    await until(served, "the logo server", 60, [proc])
+    return url
 
 
 async def scenario(procs: Processes, tmp: Path, browser_path: Path, database: str) -> None:
@@ -218,6 +250,11 @@ async def read_the_block(page: Page, client: PrefectClient, ui: str) -> None:
     await page.goto(f"{ui}/blocks/block/{block.id}", timeout=UI_TIMEOUT_MS)
     await expect(page.get_by_text("********").first).to_be_visible(timeout=UI_TIMEOUT_MS)
     assert token not in await page.content()
+    logo = page.locator(f'img[src="{os.environ["PREFECT_CODER_LOGO_URL"]}"]').first
+    await expect(logo).to_be_visible(timeout=UI_TIMEOUT_MS)
+    # Drawn, not a broken image: the browser decoded the picture the server sent.
+    drawn = "img => img.complete && img.naturalWidth > 0"
+    await page.wait_for_function(drawn, arg=await logo.element_handle(), timeout=UI_TIMEOUT_MS)
     await screenshot(page, "ui-block")
 
 
