@@ -258,7 +258,7 @@ class Setup:
             wid = wf.chat.workflow_id
             fence = Fence(tenant=self.tenant, workflow_id=wid, epoch=wf.chat.run.epoch)
             options = self.settings.options()
-            ctx = StepContext(client, store, fence, wid, step, StepTools(), options)
+            ctx = StepContext.fenced(client, store, fence, wid, step, StepTools(), options)
             result = await run_step(ctx, StepSpec(prompt=f"step {step}"))
             assert result.verdict == "ran", result
 

@@ -43,7 +43,7 @@ from prefect_coder._run.imports import ToolLike
 from prefect_coder._run.runtime import Ledger, checked_blocks, with_retries
 from prefect_coder._run.story import step_line
 from prefect_coder._run.task_policy import tuned
-from prefect_coder._run.workflow import Began, WorkflowRun, record_cached_step
+from prefect_coder._run.workflow import WorkflowRun, record_cached_step
 from prefect_coder.blocks import CoderCredentials
 from prefect_coder.exceptions import StoreLost, Superseded, WorkflowCancelled, WorkflowFinished
 from prefect_coder.settings import WorkflowSettings
@@ -105,6 +105,8 @@ class DurableChat:
         credentials, ledger = checked_blocks(credentials, ledger)
         self.settings = settings or DEFAULT_SETTINGS
         self.owns_run = owns_run
+        #: The turn task, retried as the workflow's settings say: made once, not per turn.
+        self._turn_task = tuned(run_turn, self.settings.tasks)
         self._hold = Hold(
             workflow_id,
             credentials=credentials,
@@ -148,7 +150,7 @@ class DurableChat:
     # -- begin and end ------------------------------------------------------------------
     async def __aenter__(self) -> DurableChat:
         await self._hold.begin()
-        before = self._began().before
+        before = self._hold.held().before
         self._inputs = list(before.inputs) if before else []
         self._patches = dict(before.patches) if before else {}
         return self
@@ -178,7 +180,7 @@ class DurableChat:
         request; with ``output``, the answer is a structured one, validated as that model
         (``result.output``).
         """
-        began = self._began()
+        began = self._hold.held()
         step = len(self.results) + 1
         stored = began.stored.get(step)
         if stored is not None:
@@ -205,7 +207,7 @@ class DurableChat:
         deployment; when resumed, a worker runs the flow again, its finished turns from
         the store); otherwise the process waits, its heartbeat going on.
         """
-        began = self._began("waiting for input")
+        began = self._hold.held("waiting for input")
         number = self._inputs_used + 1
         if number <= len(self._inputs):
             self._inputs_used = number
@@ -245,7 +247,7 @@ class DurableChat:
         once per workflow; a patch stays in the code while workflows that passed it
         without it may still run.
         """
-        began = self._began("asking for patches")
+        began = self._hold.held("asking for patches")
         decided = self._patches.get(name)
         if decided is None:
             decided = len(self.results) + 1 > began.last_sent_step
@@ -273,20 +275,13 @@ class DurableChat:
         return result
 
     async def _run_turn(self, step: int, prompt: str, output: type[BaseModel] | None) -> StepResult:
-        turn = tuned(run_turn, self.settings.tasks)
-        state = await turn(self.run, step, prompt, output, return_state=True)  # type: ignore[misc]
+        state = await self._turn_task(self.run, step, prompt, output, return_state=True)  # type: ignore[misc]
         result: StepResult = await state.aresult()
         if state.name == "Cached":  # Prefect's cache answered: nothing ran this time
             await record_cached_step(self.run, prompt, result)
             result = result.model_copy(update={"verdict": "cached"})
             log_here().info(step_line(self.run, result))
         return result
-
-    def _began(self, doing: str = "taking turns") -> Began:
-        began = self._hold.began
-        if began is None:
-            raise CoderConfigError(f"use the DurableChat in 'async with' before {doing}")
-        return began
 
 
 __all__ = [

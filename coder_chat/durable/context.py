@@ -101,11 +101,12 @@ class StepTools:
 
 @dataclass
 class StepContext:
-    """One step of one workflow run."""
+    """One step of one workflow run. The run's fence is held once, by its guard."""
 
     client: ChatClient
-    store: DurableStore
-    fence: Fence
+    #: The run's fence and store, checked before each action on Coder: this run still
+    #: holds its epoch.
+    guard: FenceGuard
     workflow_id: str
     step: int
     tools: StepTools
@@ -118,10 +119,35 @@ class StepContext:
     #: How report lines name the step (``Step 2``; a flow run of many workflows names
     #: the workflow too).
     title: str = ""
-    #: Checks, before each action on Coder, that this run still holds its epoch.
-    guard: FenceGuard | None = None
     #: Where the turn's story is told (``options.story``); ``None``: to ``report``.
     tell: Callable[[str], None] | None = None
+
+    @classmethod
+    def fenced(
+        cls,
+        client: ChatClient,
+        store: DurableStore,
+        fence: Fence,
+        workflow_id: str,
+        step: int,
+        tools: StepTools,
+        options: DurableOptions | None = None,
+        *,
+        report: Callable[[str], None] = logger.info,
+        first_try: bool = False,
+    ) -> StepContext:
+        """A step of the run that holds ``fence``, guarded by a guard of its own."""
+        guard = FenceGuard(store, fence)
+        options = options or DurableOptions()
+        return cls(client, guard, workflow_id, step, tools, options, report, first_try)
+
+    @property
+    def store(self) -> DurableStore:
+        return self.guard.store
+
+    @property
+    def fence(self) -> Fence:
+        return self.guard.fence
 
     @property
     def name(self) -> str:
@@ -129,8 +155,7 @@ class StepContext:
 
     async def may_act(self, action: str) -> None:
         """Raise :class:`~.store.FencedOut` when a newer run took the workflow."""
-        if self.guard is not None:
-            await self.guard(action)
+        await self.guard(action)
 
     @property
     def tenant(self) -> str:

@@ -116,8 +116,7 @@ async def run_step(ctx: StepContext, spec: StepSpec) -> StepResult:
             "store and nothing is sent again."
         )
         return StepResult.from_record(stored, "stored")
-    if ctx.guard is not None:
-        ctx.guard.confirm_epoch(workflow.epoch if workflow else None)
+    ctx.guard.confirm_epoch(workflow.epoch if workflow else None)
     chat_id = workflow.chat_id if workflow else None
     cursor = workflow.last_seen_message_id if workflow else None
     adopted = False

@@ -97,7 +97,7 @@ class _Pass:
                 sweep_workflow_id(self.policy.deployment),
                 deployment=self.policy.deployment,
             )
-        ctx = StepContext(
+        ctx = StepContext.fenced(
             self.client,
             self.store,
             self.fence,
@@ -237,7 +237,9 @@ async def end_cancelled(
     fence = await take_over(store, workflow)
 
     def context(step: int) -> StepContext:
-        return StepContext(client, store, fence, workflow.workflow_id, step, tools, options, report)
+        return StepContext.fenced(
+            client, store, fence, workflow.workflow_id, step, tools, options, report=report
+        )
 
     now = await store.get_workflow(workflow.tenant, workflow.workflow_id)
     checkpointed = [now.chat_id] if now is not None and now.chat_id else []

@@ -226,7 +226,7 @@ class Hold:
         chat was kept (``archive_at_end`` off). ``prompt``: the turn it goes on with,
         checked first against a send of the same step an earlier run left in flight, so
         that a changed prompt is refused before anything is taken."""
-        began = self._began()
+        began = self.held()
         if began.finished_before and (began.before is None or began.before.archive_at_end):
             raise WorkflowFinished(
                 f"workflow {self.workflow_id!r} finished after {len(began.stored)} step(s) "
@@ -452,9 +452,10 @@ class Hold:
                 await self._heart
             self._heart = None
 
-    def _began(self) -> Began:
+    def held(self, doing: str = "taking turns") -> Began:
+        """What :meth:`begin` found; refused, naming what was tried, before it ran."""
         if self.began is None:
-            raise CoderConfigError("use the DurableChat in 'async with' before taking turns")
+            raise CoderConfigError(f"use the DurableChat in 'async with' before {doing}")
         return self.began
 
 

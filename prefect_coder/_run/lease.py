@@ -25,7 +25,7 @@ from coder_chat.durable.sweep import (
 )
 from prefect_coder._run.logs import run_log
 from prefect_coder._run.pulse import heard_lately
-from prefect_coder._run.runtime import Ledger, runtime, with_retries
+from prefect_coder._run.runtime import Ledger, Runtime, with_retries
 from prefect_coder.blocks import CoderCredentials
 
 
@@ -75,7 +75,7 @@ async def hold_the_sweep(
     looked past) the pass waits up to that long for the lease instead, and ends only when
     a pass that began after it first looked holds or held the lease: that one covers it.
     """
-    rt = runtime(credentials, ledger)
+    rt = Runtime.from_blocks(credentials, ledger)
     loop = asyncio.get_running_loop()
     give_up = loop.time() + wait_for
     first: WorkflowRecord | None = None

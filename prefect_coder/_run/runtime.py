@@ -39,20 +39,15 @@ class Runtime:
         cls, credentials: CoderCredentials | None = None, ledger: Ledger | None = None
     ) -> Runtime:
         """The process's shared client and store for these blocks (``None``: the
-        worker's environment, and the embedded SQLite store)."""
-        return runtime(credentials, ledger)
+        worker's environment, and the embedded SQLite store).
 
-
-def runtime(credentials: CoderCredentials | None, ledger: Ledger | None) -> Runtime:
-    """The shared client and store for these blocks (the environment's when ``None``).
-
-    Nothing here is closed by the task: the process keeps one of each (see ``blocks``).
-    """
-    credentials, ledger = checked_blocks(credentials, ledger)
-    credentials = credentials or CoderCredentials.from_environment()
-    _, _, tenant = credentials.resolved()
-    store = (ledger or SqliteLedger.default()).get_store()
-    return Runtime(credentials.shared_client(on_transport_event=log_transport), store, tenant)
+        Nothing here is closed by the caller: the process keeps one of each (see ``blocks``).
+        """
+        credentials, ledger = checked_blocks(credentials, ledger)
+        credentials = credentials or CoderCredentials.from_environment()
+        _, _, tenant = credentials.resolved()
+        store = (ledger or SqliteLedger.default()).get_store()
+        return cls(credentials.shared_client(on_transport_event=log_transport), store, tenant)
 
 
 def checked_blocks(

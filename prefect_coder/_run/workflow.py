@@ -30,7 +30,7 @@ from coder_chat.durable.records import (
 )
 from coder_chat.durable.step import StepResult
 from coder_chat.durable.store import FencedOut
-from prefect_coder._run.runtime import Ledger, Runtime, runtime, with_retries
+from prefect_coder._run.runtime import Ledger, Runtime, with_retries
 from prefect_coder.blocks import CoderCredentials
 from prefect_coder.settings import WorkflowSettings
 
@@ -114,8 +114,7 @@ class WorkflowRun:
     ) -> StepContext:
         return StepContext(
             self.runtime.client,
-            self.runtime.store,
-            self.fence,
+            self.guard,
             self.workflow_id,
             step,
             self.workflow.tools,
@@ -123,7 +122,6 @@ class WorkflowRun:
             report,
             first_try=first_try,
             title=self.step_title(step),
-            guard=self.guard,
             tell=tell,
         )
 
@@ -157,7 +155,7 @@ class Began:
 async def begin_workflow(workflow: Workflow) -> Began:
     """Take the first epoch of a new workflow; replay one that ran before from the store,
     taking nothing until the run goes on past what its earlier runs did."""
-    rt = runtime(workflow.credentials, workflow.ledger)
+    rt = Runtime.from_blocks(workflow.credentials, workflow.ledger)
     wid = workflow.workflow_id
     before = await with_retries(lambda: rt.store.get_workflow(rt.tenant, wid))
     stored = await _stored(rt, wid) if before is not None else {}

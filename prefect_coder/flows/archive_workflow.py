@@ -7,7 +7,7 @@ from prefect import flow
 from coder_chat.durable.records import WorkflowState
 from prefect_coder._run.imports import resolve_tools
 from prefect_coder._run.naming import deployment_name
-from prefect_coder._run.runtime import runtime
+from prefect_coder._run.runtime import Runtime
 from prefect_coder._run.workflow import Workflow, WorkflowRun, finish_workflow, take_epoch
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from prefect_coder.settings import WorkflowSettings
@@ -37,7 +37,7 @@ async def archive_workflow(
         settings=settings,
         tools=resolve_tools(tools, allow_plain=allow_plain_tools),
     )
-    rt = runtime(credentials, ledger)
+    rt = Runtime.from_blocks(credentials, ledger)
     run = WorkflowRun(workflow, await take_epoch(rt, workflow), rt)
     archived = await archive_chat(run)
     await finish_workflow(run, WorkflowState.FINISHED)

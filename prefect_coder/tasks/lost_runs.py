@@ -35,7 +35,7 @@ from prefect.states import Crashed
 from coder_chat.durable.records import WorkflowRecord
 from prefect_coder._run.logs import run_log
 from prefect_coder._run.naming import began_a_workflow
-from prefect_coder._run.runtime import Ledger, runtime
+from prefect_coder._run.runtime import Ledger, Runtime
 from prefect_coder._run.task_policy import launch_task
 from prefect_coder.blocks import CoderCredentials
 
@@ -66,7 +66,7 @@ async def relaunch_lost_runs(
 ) -> int:
     """Launch again the runs of ``deployment`` lost before they began a workflow, of those
     expected to start in the last ``within_seconds``; returns how many were launched."""
-    rt = runtime(credentials, ledger)
+    rt = Runtime.from_blocks(credentials, ledger)
     workflows = await rt.store.list_workflows(rt.tenant, deployment=deployment)
     known = {w.flow_run_id for w in workflows if w.flow_run_id}
     ended = {w.flow_run_id: w for w in workflows if w.flow_run_id and w.state != "running"}

@@ -31,7 +31,7 @@ from prefect_coder._run.lease import flow_run_url
 from prefect_coder._run.logs import run_log
 from prefect_coder._run.marks import SUPERSEDED, note_on_run
 from prefect_coder._run.naming import REFUSED, run_name, slug
-from prefect_coder._run.runtime import Ledger, runtime
+from prefect_coder._run.runtime import Ledger, Runtime
 from prefect_coder._run.task_policy import durable_task, launch_task
 from prefect_coder.blocks import CoderCredentials
 from prefect_coder.tasks.lost_runs import replaces_tag
@@ -70,7 +70,7 @@ async def sweep_orphans(
     log = run_log()
     deployment, dry_run = policy.deployment, policy.dry_run
     step_tools = resolve_tools(tools)
-    rt = runtime(credentials, ledger)
+    rt = Runtime.from_blocks(credentials, ledger)
     report = await sweep(rt.client, rt.store, rt.tenant, policy, step_tools, log.info, lease)
     running = await rt.store.list_workflows(
         rt.tenant, deployment=deployment, states=[WorkflowState.RUNNING]

@@ -39,9 +39,9 @@ async def test_an_earlier_steps_late_prompt_after_this_steps_answer_hides_nothin
     tenant = str(sim.organization_id)
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-late-1")
-        step_1 = StepContext(client, store, fence, "wf-late-1", 1, StepTools(), FAST)
+        step_1 = StepContext.fenced(client, store, fence, "wf-late-1", 1, StepTools(), FAST)
         first = await run_step(step_1, StepSpec(prompt="plan it"))
-        step_2 = StepContext(client, store, fence, "wf-late-1", 2, StepTools(), FAST)
+        step_2 = StepContext.fenced(client, store, fence, "wf-late-1", 2, StepTools(), FAST)
         entry = JournalEntry(state="submitting", marker=step_2.marker, attempt=0)
         await store.write_journal(fence, first.chat_id, entry)
         await client.send_message(first.chat_id, f"{step_2.marker} summarise")
@@ -65,10 +65,10 @@ async def test_a_prompt_landing_while_recovery_reads_the_chat_is_waited_for(
     tenant = str(sim.organization_id)
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-late-2")
-        step_1 = StepContext(client, store, fence, "wf-late-2", 1, StepTools(), FAST)
+        step_1 = StepContext.fenced(client, store, fence, "wf-late-2", 1, StepTools(), FAST)
         first = await run_step(step_1, StepSpec(prompt="plan it"))
         chat_id = first.chat_id
-        ctx = StepContext(client, store, fence, "wf-late-2", 2, StepTools(), FAST)
+        ctx = StepContext.fenced(client, store, fence, "wf-late-2", 2, StepTools(), FAST)
         past = utcnow() - timedelta(seconds=1)  # its horizon passed: it is not waited for
         entry = JournalEntry(state="submitting", marker=ctx.marker, attempt=0, horizon=past)
         await store.write_journal(fence, chat_id, entry)

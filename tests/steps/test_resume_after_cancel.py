@@ -34,7 +34,7 @@ async def test_a_step_whose_calls_a_cancel_answered_not_run_goes_again_on_resume
         ChatClient(base_url=sim.base_url, token=sim.token) as client,
     ):
         fence = await store.begin_run(tenant, wf)
-        ctx = StepContext(client, store, fence, wf, 1, tools, FAST)
+        ctx = StepContext.fenced(client, store, fence, wf, 1, tools, FAST)
         chat_id = await step_chat(wire, ctx, tools, prompt)
         await store.save_checkpoint(fence, chat_id, None)
         await sim.wait_for_status(chat_id, "requires_action")  # the process dies here
@@ -50,7 +50,7 @@ async def test_a_step_whose_calls_a_cancel_answered_not_run_goes_again_on_resume
         # The resume: a new run takes the workflow, reopens its chat, runs the step.
         resumed = await store.begin_run(tenant, wf)
         await client.update_chat(chat_id, archived=False)
-        again = StepContext(client, store, resumed, wf, 1, tools, FAST)
+        again = StepContext.fenced(client, store, resumed, wf, 1, tools, FAST)
         result = await run_step(again, StepSpec(prompt=prompt))
     assert result.verdict == "resubmitted"
     assert [amount for amount, _ in CHARGES] == [900]  # run once, by the resubmission

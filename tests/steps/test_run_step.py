@@ -64,7 +64,7 @@ async def test_three_steps_then_a_rerun_comes_from_the_store(
         prompts = ["plan it", 'pay /tool charge_card {"amount_cents": 500}', "summarise"]
         results = []
         for step, prompt in enumerate(prompts, start=1):
-            ctx = StepContext(client, store, fence, "wf-1", step, tools, FAST)
+            ctx = StepContext.fenced(client, store, fence, "wf-1", step, tools, FAST)
             results.append(await run_step(ctx, StepSpec(prompt=prompt)))
         assert [r.verdict for r in results] == ["ran", "ran", "ran"]
         assert results[0].text == 'You said: "[wf-1/step-1] plan it"'
@@ -84,7 +84,8 @@ async def test_three_steps_then_a_rerun_comes_from_the_store(
         # and talks to no one: not a request reaches the server.
         rerun = await store.begin_run(tenant, "wf-1")
         again = await run_step(
-            StepContext(client, store, rerun, "wf-1", 2, tools, FAST), StepSpec(prompt=prompts[1])
+            StepContext.fenced(client, store, rerun, "wf-1", 2, tools, FAST),
+            StepSpec(prompt=prompts[1]),
         )
         assert again.verdict == "stored"
         assert (again.text, again.chat_id) == (results[1].text, chat_id)
@@ -93,7 +94,7 @@ async def test_three_steps_then_a_rerun_comes_from_the_store(
             CoderConfigError, match=r"already finished and is never run again: it ran .pay /tool"
         ):
             await run_step(
-                StepContext(client, store, rerun, "wf-1", 2, tools, FAST),
+                StepContext.fenced(client, store, rerun, "wf-1", 2, tools, FAST),
                 StepSpec(prompt="pay twice"),
             )
     stored = await store.list_steps(tenant, "wf-1")
@@ -109,10 +110,10 @@ async def test_a_finished_attempt_whose_result_was_lost_is_recovered(
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-lost")
         first = await run_step(
-            StepContext(client, store, fence, "wf-lost", 1, StepTools(), FAST),
+            StepContext.fenced(client, store, fence, "wf-lost", 1, StepTools(), FAST),
             StepSpec(prompt="plan it"),
         )
-        ctx = StepContext(client, store, fence, "wf-lost", 2, StepTools(), FAST)
+        ctx = StepContext.fenced(client, store, fence, "wf-lost", 2, StepTools(), FAST)
         await crashed_attempt(client, store, ctx, first.chat_id, "summarise")
         await sim.wait_for_status(first.chat_id, "waiting")
         recovered = await run_step(ctx, StepSpec(prompt="summarise"))
@@ -131,10 +132,10 @@ async def test_a_live_run_left_by_a_crash_is_left_to_finish(
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-live")
         first = await run_step(
-            StepContext(client, store, fence, "wf-live", 1, StepTools(), FAST),
+            StepContext.fenced(client, store, fence, "wf-live", 1, StepTools(), FAST),
             StepSpec(prompt="plan it"),
         )
-        ctx = StepContext(client, store, fence, "wf-live", 2, StepTools(), FAST)
+        ctx = StepContext.fenced(client, store, fence, "wf-live", 2, StepTools(), FAST)
         await crashed_attempt(client, store, ctx, first.chat_id, "work slowly /sleep 0.5")
         assert sim.chat(first.chat_id).status == "running"
         recovered = await run_step(ctx, StepSpec(prompt="work slowly /sleep 0.5"))
@@ -150,10 +151,10 @@ async def test_a_live_run_past_the_settle_budget_is_cut_and_resubmitted(
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-slow")
         first = await run_step(
-            StepContext(client, store, fence, "wf-slow", 1, StepTools(), impatient),
+            StepContext.fenced(client, store, fence, "wf-slow", 1, StepTools(), impatient),
             StepSpec(prompt="plan it"),
         )
-        ctx = StepContext(client, store, fence, "wf-slow", 2, StepTools(), impatient)
+        ctx = StepContext.fenced(client, store, fence, "wf-slow", 2, StepTools(), impatient)
         sim.script("stall", "/sleep 30", times=1)  # the crashed attempt's run stalls
         await crashed_attempt(client, store, ctx, first.chat_id, "stall")
         again = await run_step(ctx, StepSpec(prompt="stall"))
@@ -170,7 +171,7 @@ async def test_a_lost_stream_keeps_the_chat_and_the_retry_recovers_the_turn(
     sim.faults.drop_streams(after_events=0, times=5)  # exactly the redial budget
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-stream")
-        ctx = StepContext(client, store, fence, "wf-stream", 1, StepTools(), FAST)
+        ctx = StepContext.fenced(client, store, fence, "wf-stream", 1, StepTools(), FAST)
         with pytest.raises(CoderStreamError) as caught:
             await run_step(ctx, StepSpec(prompt="hello"))
         assert caught.value.retryable  # the durable layer can always recover a lost stream
@@ -203,7 +204,7 @@ async def test_two_parallel_calls_one_booked_one_never_started(
         declared = [
             t.declaration().model_dump(exclude_none=True)
             for t in tools.for_session(
-                StepContext(client, store, fence, "wf-pair", 1, tools, FAST).binding
+                StepContext.fenced(client, store, fence, "wf-pair", 1, tools, FAST).binding
             )
         ]
         chat = await wire.create(
@@ -215,7 +216,8 @@ async def test_two_parallel_calls_one_booked_one_never_started(
         await store.claim_tool(fence, chat_id, booked, tool_name="charge_card")
         await store.complete_tool(fence, chat_id, booked, output="receipt-booked")
         result = await run_step(
-            StepContext(client, store, fence, "wf-pair", 1, tools, FAST), StepSpec(prompt=prompt)
+            StepContext.fenced(client, store, fence, "wf-pair", 1, tools, FAST),
+            StepSpec(prompt=prompt),
         )
     assert result.verdict == "recovered" and result.chat_id == chat_id
     submissions = [r for r in sim.records.tool_results if str(r.chat_id) == chat_id]
@@ -237,11 +239,11 @@ async def test_a_late_prompts_pause_starts_nothing_new(sim: Simulator, store: Sq
     tools = StepTools.build([charge_card])
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-late")
-        step_1 = StepContext(client, store, fence, "wf-late", 1, tools, FAST)
+        step_1 = StepContext.fenced(client, store, fence, "wf-late", 1, tools, FAST)
         first = await run_step(step_1, StepSpec(prompt=prompt))
         await client.send_message(first.chat_id, f"{step_1.marker} {prompt}")  # the late one
         await sim.wait_for_status(first.chat_id, "requires_action")
-        step_2 = StepContext(client, store, fence, "wf-late", 2, tools, FAST)
+        step_2 = StepContext.fenced(client, store, fence, "wf-late", 2, tools, FAST)
         answer = await answer_pause(step_2, first.chat_id, "resume")
         await sim.wait_for_status(first.chat_id, "waiting")
     assert (answer.recorded, answer.ran, len(answer.results)) == (1, 0, 1)
@@ -266,7 +268,7 @@ async def test_an_attempt_that_never_saw_its_tools_outcome_goes_again(
         ChatClient(base_url=sim.base_url, token=sim.token) as client,
     ):
         fence = await store.begin_run(tenant, "wf-deadline-twice")
-        ctx = StepContext(client, store, fence, "wf-deadline-twice", 1, tools, FAST)
+        ctx = StepContext.fenced(client, store, fence, "wf-deadline-twice", 1, tools, FAST)
         chat_id = await step_chat(wire, ctx, tools, prompt)
         paused = await sim.wait_for_status(chat_id, "requires_action")
         call = paused.pending_calls[0].tool_call_id
@@ -302,7 +304,7 @@ async def test_a_call_that_never_ran_before_coders_tool_deadline_is_run_on_resub
         ChatClient(base_url=sim.base_url, token=sim.token) as client,
     ):
         fence = await store.begin_run(tenant, "wf-never-ran")
-        ctx = StepContext(client, store, fence, "wf-never-ran", 1, tools, FAST)
+        ctx = StepContext.fenced(client, store, fence, "wf-never-ran", 1, tools, FAST)
         chat_id = await step_chat(wire, ctx, tools, prompt)
         await store.save_checkpoint(fence, chat_id, None)
         for _ in range(2):  # the call, then the model's call again, both timed out
@@ -340,7 +342,7 @@ async def test_a_tool_the_server_timed_out_is_answered_from_the_ledger_when_call
         tenant = str(sim.organization_id)
         async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
             fence = await store.begin_run(tenant, "wf-deadline")
-            ctx = StepContext(
+            ctx = StepContext.fenced(
                 client, store, fence, "wf-deadline", 1, StepTools.build([slow_charge]), FAST
             )
             result = await run_step(
@@ -369,9 +371,10 @@ async def test_a_resubmitted_step_is_told_what_its_tools_already_did(
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-notes")
         first = await run_step(
-            StepContext(client, store, fence, "wf-notes", 1, tools, FAST), StepSpec(prompt="hi")
+            StepContext.fenced(client, store, fence, "wf-notes", 1, tools, FAST),
+            StepSpec(prompt="hi"),
         )
-        ctx = StepContext(client, store, fence, "wf-notes", 2, tools, FAST)
+        ctx = StepContext.fenced(client, store, fence, "wf-notes", 2, tools, FAST)
         # An attempt that ran its tool and then timed out: the timeout fired an
         # interrupt, so recovery must treat it as cut short and resubmit.
         session = ChatSession(
@@ -399,11 +402,11 @@ async def test_a_recovery_read_that_runs_out_of_time_can_be_retried(
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-slow-read")
         first = await run_step(
-            StepContext(client, store, fence, "wf-slow-read", 1, StepTools(), FAST),
+            StepContext.fenced(client, store, fence, "wf-slow-read", 1, StepTools(), FAST),
             StepSpec(prompt="plan it"),
         )
         tight = replace(FAST, chat=replace(FAST.chat, interrupt_timeout=0.3))
-        ctx = StepContext(client, store, fence, "wf-slow-read", 2, StepTools(), tight)
+        ctx = StepContext.fenced(client, store, fence, "wf-slow-read", 2, StepTools(), tight)
         await crashed_attempt(client, store, ctx, first.chat_id, "summarise")
         await sim.wait_for_status(first.chat_id, "waiting")
         sim.faults.hold("get_chat", "before")
@@ -426,7 +429,7 @@ async def test_an_attempt_sent_with_another_prompt_is_refused_before_anything_ru
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-asked")
         tools = StepTools.build([charge_card])
-        step_1 = StepContext(client, store, fence, "wf-asked", 1, tools, FAST)
+        step_1 = StepContext.fenced(client, store, fence, "wf-asked", 1, tools, FAST)
         chat_id = (await run_step(step_1, StepSpec(prompt="plan it"))).chat_id
         step_2 = replace(step_1, step=2)
         await crashed_attempt(
@@ -450,10 +453,10 @@ async def test_a_send_in_flight_that_lands_early_ends_the_wait_for_it(
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-early")
         first = await run_step(
-            StepContext(client, store, fence, "wf-early", 1, StepTools(), FAST),
+            StepContext.fenced(client, store, fence, "wf-early", 1, StepTools(), FAST),
             StepSpec(prompt="plan it"),
         )
-        ctx = StepContext(client, store, fence, "wf-early", 2, StepTools(), FAST)
+        ctx = StepContext.fenced(client, store, fence, "wf-early", 2, StepTools(), FAST)
         far = utcnow() + timedelta(minutes=10)
         entry = JournalEntry(state="submitting", marker=ctx.marker, attempt=0, horizon=far)
         await store.write_journal(fence, first.chat_id, entry)
@@ -497,7 +500,7 @@ async def test_a_tool_whose_outcome_is_unknown_stops_the_turn_and_runs_again_onc
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-unknown")
         tools = StepTools.build([flaky_charge])
-        ctx = StepContext(client, store, fence, "wf-unknown", 1, tools, FAST)
+        ctx = StepContext.fenced(client, store, fence, "wf-unknown", 1, tools, FAST)
         spec = StepSpec(prompt='pay /tool flaky_charge {"amount_cents": 300}')
         with pytest.raises(CoderToolError) as unknown:
             await run_step(ctx, spec)
@@ -518,7 +521,7 @@ async def test_a_tool_that_fails_for_good_tells_the_model_and_keeps_the_outcome(
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-declined")
         tools = StepTools.build([declined_charge])
-        ctx = StepContext(client, store, fence, "wf-declined", 1, tools, FAST)
+        ctx = StepContext.fenced(client, store, fence, "wf-declined", 1, tools, FAST)
         result = await run_step(
             ctx, StepSpec(prompt='pay /tool declined_charge {"amount_cents": 5}')
         )
@@ -537,11 +540,11 @@ async def test_a_timeout_whose_interrupt_found_nothing_running_is_recovered_not_
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-idle")
         first = await run_step(
-            StepContext(client, store, fence, "wf-idle", 1, StepTools(), FAST),
+            StepContext.fenced(client, store, fence, "wf-idle", 1, StepTools(), FAST),
             StepSpec(prompt="plan it"),
         )
         blind = replace(FAST, chat=replace(FAST.chat, request_timeout=0.5, redial_initial=5.0))
-        ctx = StepContext(client, store, fence, "wf-idle", 2, StepTools(), blind)
+        ctx = StepContext.fenced(client, store, fence, "wf-idle", 2, StepTools(), blind)
         sim.faults.fail_next("stream", 503, count=50)
         with pytest.raises(CoderChatError) as timed_out:
             await run_step(ctx, StepSpec(prompt="summarise"))
@@ -564,11 +567,11 @@ async def lost_interrupt_then_retry(
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, workflow_id)
         first = await run_step(
-            StepContext(client, store, fence, workflow_id, 1, StepTools(), FAST),
+            StepContext.fenced(client, store, fence, workflow_id, 1, StepTools(), FAST),
             StepSpec(prompt="plan it"),
         )
         blind = replace(FAST, chat=replace(FAST.chat, request_timeout=1.0, redial_initial=5.0))
-        ctx = StepContext(client, store, fence, workflow_id, 2, StepTools(), blind)
+        ctx = StepContext.fenced(client, store, fence, workflow_id, 2, StepTools(), blind)
         sim.faults.fail_next("stream", 503, count=50)
         sim.faults.cut_before_commit("interrupt")
         with pytest.raises(CoderChatError) as timed_out:
@@ -618,7 +621,7 @@ async def test_a_pause_answer_says_what_became_of_every_call(
         ChatClient(base_url=sim.base_url, token=sim.token) as client,
     ):
         fence = await store.begin_run(tenant, "wf-refused")
-        ctx = StepContext(client, store, fence, "wf-refused", 1, StepTools(), FAST)
+        ctx = StepContext.fenced(client, store, fence, "wf-refused", 1, StepTools(), FAST)
         declared = [
             t.declaration().model_dump(exclude_none=True) for t in tools.for_session(ctx.binding)
         ]

@@ -47,7 +47,7 @@ async def test_a_durable_step_makes_the_requests_of_a_bare_turn_and_two_commits(
         fence = await store.begin_run(tenant, "wf-cost")
         costs = []
         for step in (1, 2, 3):
-            ctx = StepContext(
+            ctx = StepContext.fenced(
                 client, store, fence, "wf-cost", step, StepTools(), FAST, first_try=True
             )
             before, commits = len(sim.records.requests), store.commits
@@ -68,7 +68,7 @@ async def test_a_first_step_that_may_have_run_before_looks_for_its_orphan(
     tenant = str(sim.organization_id)
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-retry")
-        ctx = StepContext(client, store, fence, "wf-retry", 1, StepTools(), FAST)
+        ctx = StepContext.fenced(client, store, fence, "wf-retry", 1, StepTools(), FAST)
         await run_step(ctx, StepSpec(prompt="hello"))
     assert served(sim) == ["list_chats", "create_chat", "stream"]
 
@@ -84,8 +84,6 @@ async def test_a_step_leaves_its_fence_confirmed_for_what_comes_next(
         fence = await store.begin_run(tenant, "wf-guard")
         guard = FenceGuard(store, fence, fresh_for=0.2)
         for step in (1, 2):
-            ctx = StepContext(
-                client, store, fence, "wf-guard", step, StepTools(), FAST, guard=guard
-            )
+            ctx = StepContext(client, guard, "wf-guard", step, StepTools(), FAST)
             await run_step(ctx, StepSpec(prompt=f"step {step}"))
             assert guard.fresh, f"step {step} left its fence unconfirmed"
