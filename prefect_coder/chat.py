@@ -40,7 +40,7 @@ from coder_chat.durable.records import StepRecord
 from coder_chat.durable.step import StepResult, check_same_prompt
 from prefect_coder._run.hold import Hold, log_here
 from prefect_coder._run.imports import ToolLike
-from prefect_coder._run.runtime import Ledger, checked_blocks, with_retries
+from prefect_coder._run.runtime import Ledger, checked_blocks
 from prefect_coder._run.story import step_line
 from prefect_coder._run.task_policy import tuned
 from prefect_coder._run.workflow import WorkflowRun, record_cached_step
@@ -226,7 +226,7 @@ class DurableChat:
                 answer = await apause_flow_run(wait_for_input=input_type, timeout=timeout)
         self._inputs.append(answer.model_dump(mode="json"))
         run, told = self.run, list(self._inputs)
-        await with_retries(lambda: run.runtime.store.save_inputs(run.fence, told))
+        await run.retried(lambda: run.runtime.store.save_inputs(run.fence, told))
         self._inputs_used = number
         return answer
 
@@ -261,7 +261,7 @@ class DurableChat:
         if not self._unsaved_patches:
             return
         run, patches = self.run, dict(self._patches)
-        await with_retries(lambda: run.runtime.store.save_patches(run.fence, patches))
+        await run.retried(lambda: run.runtime.store.save_patches(run.fence, patches))
         self._unsaved_patches.clear()
 
     def _input_title(self, number: int) -> str:

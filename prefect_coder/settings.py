@@ -13,10 +13,11 @@ from coder_chat.durable.context import DurableOptions
 
 class TaskSettings(BaseModel):
     """How a task that failed transiently (Coder's 5xx or 429, the store restarting, a
-    segment's timeout) is tried again. Every task of ours is built with the defaults; a
-    workflow given others (``WorkflowSettings.tasks``) runs its turns with them, and any
-    task takes them with Prefect's ``with_options`` (:meth:`task_options`). A failure that
-    is not transient is never retried."""
+    segment's timeout) is tried again. Every task of ours is built with the defaults. A
+    workflow given others (``WorkflowSettings.tasks``) runs its turns with them, and tries
+    again on the same schedule what it does between its turns (its begin and end on the
+    store, say); any task takes them with Prefect's ``with_options`` (:meth:`task_options`).
+    A failure that is not transient is never retried."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -109,7 +110,10 @@ class WorkflowSettings(BaseModel):
     tasks: TaskSettings = Field(
         default_factory=TaskSettings,
         title="Task retries",
-        description="How each turn's task is tried again after a transient failure.",
+        description=(
+            "How each turn's task, and the workflow's work between its turns (its begin, "
+            "its end, a person's answer saved), is tried again after a transient failure."
+        ),
     )
 
     def options(self, deployment: str = "local") -> DurableOptions:

@@ -10,7 +10,6 @@ from prefect.logging.loggers import LoggingAdapter
 from coder_chat import CoderApiError, CoderError
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.retire import Retired, retire_checkpointed_chat
-from prefect_coder._run.runtime import with_retries
 from prefect_coder._run.workflow import WorkflowRun, finish_workflow
 
 
@@ -59,12 +58,12 @@ async def end_failed_workflow(run: WorkflowRun, log: LoggingAdapter) -> bool:
     FAILED workflow, and retires a chat left behind here.
     """
     workflow_id = run.workflow_id
-    if not await with_retries(run.guard.holds):
+    if not await run.retried(run.guard.holds):
         log.info(f"A newer run owns workflow {workflow_id}; its chat is left to that run.")
         return False
     if run.workflow.settings.archive_at_end:
         try:
-            await with_retries(lambda: retire_workflow_chat(run, log.info))
+            await run.retried(lambda: retire_workflow_chat(run, log.info))
         except (CoderError, TimeoutError) as exc:
             log.warning(f"Could not archive the chat of workflow {workflow_id}: {exc}")
     await finish_workflow(run, WorkflowState.FAILED)

@@ -58,7 +58,7 @@ from prefect_coder._run.naming import (
     workflow_tag,
 )
 from prefect_coder._run.pulse import Pulse
-from prefect_coder._run.runtime import Ledger, with_retries
+from prefect_coder._run.runtime import Ledger
 from prefect_coder._run.story import progress_line, tally
 from prefect_coder._run.workflow import (
     Began,
@@ -241,7 +241,7 @@ class Hold:
         if before is not None and before.state in ENDED_BY_FAILURE and before.chat_id:
             # Resumed after it failed or was cancelled: its chat was archived then.
             chat_id = before.chat_id
-            await with_retries(lambda: reopen_chat(run, chat_id, log_here().info))
+            await run.retried(lambda: reopen_chat(run, chat_id, log_here().info))
 
     async def _refuse_a_changed_send(self, began: Began, prompt: str) -> None:
         """Raise :class:`PromptChanged` when an earlier run left this step in flight with
@@ -254,12 +254,12 @@ class Hold:
         ctx = began.run.step_context(step, log_here().info)
         chat_id = before.chat_id if step == began.last_sent_step else None
         if before.chat_id is None:
-            found = await with_retries(lambda: labelled_chats(ctx))
+            found = await began.run.retried(lambda: labelled_chats(ctx))
             chat_id = str(found[0].id) if found else None
         if chat_id is None:
             return
         sent_on = chat_id
-        await with_retries(lambda: check_sent_prompt(ctx, prompt, sent_on))
+        await began.run.retried(lambda: check_sent_prompt(ctx, prompt, sent_on))
 
     async def record(self, prompt: str, result: StepResult) -> None:
         """A turn is done (run, recovered or replayed): kept, and shown in the progress."""
@@ -361,7 +361,7 @@ class Hold:
             await publish_transcript(self.workflow_id, self.prompts, self.results, log)
         archived = None
         if run.workflow.settings.archive_at_end:
-            archived = await with_retries(lambda: self._archive(log))
+            archived = await run.retried(lambda: self._archive(log))
         await finish_workflow(run, WorkflowState.FINISHED)
         self.archived_chat = archived
         if self._progress is not None:

@@ -14,8 +14,9 @@ them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from coder_chat import CoderError
 from coder_chat.durable.context import DurableOptions, StepContext, StepTools
@@ -33,6 +34,8 @@ from coder_chat.durable.store import FencedOut
 from prefect_coder._run.runtime import Ledger, Runtime, with_retries
 from prefect_coder.blocks import CoderCredentials
 from prefect_coder.settings import WorkflowSettings
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,11 @@ class Workflow:
     def options(self) -> DurableOptions:
         """What its steps run with (its chat's options among them), built once per run."""
         return self.settings.options(self.deployment)
+
+    async def retried(self, what: Callable[[], Awaitable[T]]) -> T:
+        """``what`` (store or Coder work outside a task: begin, end, inputs) tried again
+        on transient failures, as the workflow's task settings say."""
+        return await with_retries(what, self.settings.tasks.delays())
 
 
 class WorkflowRun:
@@ -91,6 +99,10 @@ class WorkflowRun:
     @property
     def epoch(self) -> int:
         return self.fence.epoch
+
+    async def retried(self, what: Callable[[], Awaitable[T]]) -> T:
+        """:meth:`Workflow.retried`, for this workflow."""
+        return await self.workflow.retried(what)
 
     @property
     def of_turns(self) -> str:
@@ -157,34 +169,34 @@ async def begin_workflow(workflow: Workflow) -> Began:
     taking nothing until the run goes on past what its earlier runs did."""
     rt = Runtime.from_blocks(workflow.credentials, workflow.ledger)
     wid = workflow.workflow_id
-    before = await with_retries(lambda: rt.store.get_workflow(rt.tenant, wid))
-    stored = await _stored(rt, wid) if before is not None else {}
+    before = await workflow.retried(lambda: rt.store.get_workflow(rt.tenant, wid))
+    stored = await _stored(rt, workflow) if before is not None else {}
     previous = before.flow_run_id if before and before.state == WorkflowState.RUNNING else None
     if before is not None:
         fence = Fence(tenant=rt.tenant, workflow_id=wid, epoch=before.epoch)
         run = WorkflowRun(workflow, fence, rt)
         sent = max(stored, default=0)
         if before.state != WorkflowState.FINISHED:
-            sent = max(sent, await _step_in_flight(rt, before))
+            sent = max(sent, await _step_in_flight(rt, workflow, before))
         return Began(run, True, stored, previous, before, sent)
     run = WorkflowRun(workflow, await take_epoch(rt, workflow), rt)
     return Began(run, False, stored, previous, before)
 
 
-async def _step_in_flight(rt: Runtime, before: WorkflowRecord) -> int:
+async def _step_in_flight(rt: Runtime, workflow: Workflow, before: WorkflowRecord) -> int:
     """The step an earlier run was sending on the workflow's chat when it stopped (its
     journal's), or 0."""
     if before.chat_id is None:
         return 0
     chat_id = before.chat_id
-    record = await with_retries(lambda: rt.store.get_chat(rt.tenant, chat_id))
+    record = await workflow.retried(lambda: rt.store.get_chat(rt.tenant, chat_id))
     marker = record.journal.marker if record and record.journal else ""
     return step_number(marker)
 
 
 async def take_epoch(rt: Runtime, workflow: Workflow) -> Fence:
     """The workflow's next epoch: from now on only this run may act for it."""
-    return await with_retries(
+    return await workflow.retried(
         lambda: rt.store.begin_run(
             rt.tenant,
             workflow.workflow_id,
@@ -195,13 +207,14 @@ async def take_epoch(rt: Runtime, workflow: Workflow) -> Fence:
     )
 
 
-async def _stored(rt: Runtime, workflow_id: str) -> dict[int, StepRecord]:
-    steps = await with_retries(lambda: rt.store.list_steps(rt.tenant, workflow_id))
+async def _stored(rt: Runtime, workflow: Workflow) -> dict[int, StepRecord]:
+    wid = workflow.workflow_id
+    steps = await workflow.retried(lambda: rt.store.list_steps(rt.tenant, wid))
     return {s.step: s for s in steps}
 
 
 async def finish_workflow(run: WorkflowRun, state: WorkflowState) -> None:
-    await with_retries(lambda: run.runtime.store.finish(run.fence, state))
+    await run.retried(lambda: run.runtime.store.finish(run.fence, state))
 
 
 async def heartbeat_forever(run: WorkflowRun, report: Callable[[str], None]) -> None:
@@ -229,7 +242,7 @@ async def record_cached_step(run: WorkflowRun, prompt: str, result: StepResult) 
     ledger lost or replaced while the results were kept): its record and checkpoint, so
     that the next step goes on in the same chat, and the sweep and the archive know it."""
     store, tenant, wid = run.runtime.store, run.tenant, run.workflow_id
-    if await with_retries(lambda: store.get_step(tenant, wid, result.step)) is not None:
+    if await run.retried(lambda: store.get_step(tenant, wid, result.step)) is not None:
         return  # the usual case: the store had it, and the cache saved reading it
     record = StepRecord(
         tenant=tenant,
@@ -244,7 +257,7 @@ async def record_cached_step(run: WorkflowRun, prompt: str, result: StepResult) 
         prompt=prompt,
         notes=[*result.notes, "recorded from Prefect's result cache"],
     )
-    await with_retries(lambda: store.complete_step(run.fence, record))
+    await run.retried(lambda: store.complete_step(run.fence, record))
 
 
 #: How a step can have finished when it was run (a cached "stored" answer ran earlier).

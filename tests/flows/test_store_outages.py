@@ -27,7 +27,7 @@ from prefect_coder import DurableChat, StoreLost, Superseded
 from prefect_coder.blocks import PostgresLedger
 from prefect_coder.flows.durable_chat import durable_chat
 from prefect_coder.flows.durable_chats import WorkflowSpec, durable_chats
-from prefect_coder.settings import WorkflowSettings
+from prefect_coder.settings import TaskSettings, WorkflowSettings
 from tests.pgcluster import PgCluster
 from tests.pgproxy import RoundTripProxy
 
@@ -40,6 +40,9 @@ PROMPTS = ["plan the refund", 'charge it /tool charge_card {"amount_cents": 250}
 TOOLS = ["tests.flows.example_tools:charge_card"]
 #: How long the store stays away: longer than the first retry's delay.
 OUTAGE = 2.0
+#: Retries a store lost for good exhausts in a second or two, not the default 1 + 5 + 15 s:
+#: what is tested is that it gives up, and how it ends.
+QUICK_RETRIES = TaskSettings(retry_delay_seconds=[0.1, 0.3, 0.6])
 
 
 @pytest.fixture(scope="module")
@@ -178,7 +181,7 @@ async def test_a_run_that_loses_its_store_for_good_ends_crashed_for_the_sweep(
     workflow_id = f"wf-lost-{when.split()[0]}"
     runs: list[str] = []
     between, resume = asyncio.Event(), asyncio.Event()
-    settings = WorkflowSettings(archive_at_end=False, heartbeat_seconds=0.2)
+    settings = WorkflowSettings(archive_at_end=False, heartbeat_seconds=0.2, tasks=QUICK_RETRIES)
 
     @flow
     async def two_turns(ledger: PostgresLedger) -> str:
@@ -235,7 +238,9 @@ async def test_a_run_of_many_that_loses_its_store_ends_crashed_marking_nothing_f
         await proxy.cut()
         ledger = PostgresLedger(dsn=SecretStr(proxy.dsn), db_schema=schema)
         with pytest.raises(StoreLost):
-            await asyncio.wait_for(durable_chats(workflows=specs, ledger=ledger), timeout=120)
+            quick = WorkflowSettings(tasks=QUICK_RETRIES)
+            lost = durable_chats(workflows=specs, ledger=ledger, settings=quick)
+            await asyncio.wait_for(lost, timeout=120)
         proxy.heal()
     async with get_client() as client:
         runs = await client.read_flow_runs(
@@ -250,3 +255,40 @@ async def test_a_run_of_many_that_loses_its_store_ends_crashed_marking_nothing_f
             assert await store.get_workflow(str(sim.organization_id), spec.workflow_id) is None
     finally:
         await store.close()
+
+
+async def test_a_workflows_task_settings_pace_what_it_does_between_turns(
+    sim: Simulator, pg: PgCluster
+) -> None:
+    """Its settings say no retry: a workflow whose store is away when it ends does not
+    wait out the default 1 + 5 + 15 s for it, though the store is back 3 s later; it ends
+    at once, Crashed for the sweep, its turns stored (the defaults would have finished it)."""
+    schema = f"paced_{uuid4().hex[:8]}"
+    ended, resume = asyncio.Event(), asyncio.Event()
+    no_retry = WorkflowSettings(archive_at_end=False, tasks=TaskSettings(retries=0))
+
+    @flow
+    async def one_turn(ledger: PostgresLedger) -> str:
+        async with DurableChat("wf-paced", ledger=ledger, settings=no_retry) as chat:
+            text = (await chat.turn("only")).text
+            ended.set()
+            await resume.wait()
+        return text
+
+    async with RoundTripProxy(pg.dsn) as proxy:
+        ledger = PostgresLedger(dsn=SecretStr(proxy.dsn), db_schema=schema)
+        run = asyncio.create_task(one_turn(ledger))
+        await ended.wait()
+        await proxy.cut()
+        asyncio.get_running_loop().call_later(3.0, proxy.heal)
+        resume.set()
+        with pytest.raises(StoreLost):
+            await asyncio.wait_for(run, timeout=60)
+    store = PostgresLedger(dsn=SecretStr(pg.dsn), db_schema=schema).get_store()
+    try:
+        workflow = await store.get_workflow(str(sim.organization_id), "wf-paced")
+        step = await store.get_step(str(sim.organization_id), "wf-paced", 1)
+    finally:
+        await store.close()
+    assert step is not None
+    assert workflow is not None and workflow.state == WorkflowState.RUNNING
