@@ -30,7 +30,12 @@ import uuid
 from pathlib import Path
 
 from prefect.client.orchestration import PrefectClient
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
+from prefect.client.schemas.filters import (
+    FlowRunFilter,
+    FlowRunFilterTags,
+    LogFilter,
+    LogFilterFlowRunId,
+)
 from prefect.client.schemas.objects import FlowRun, StateType
 
 from bench._common import load
@@ -48,6 +53,8 @@ from tests.integration.recovery_stack import (
 PROMPT = "/sleep 12 take your time"
 #: Give up on one try after this long (the clock alone would take minutes).
 TRY_TIMEOUT = 120.0
+#: The shipped YAML's trigger on a run's Crashed (or Cancelled) state.
+CRASH_TRIGGER = "orphan-sweep on a crash or a cancel"
 
 
 async def one_try(stack: Stack, kind: str) -> tuple[float, float]:
@@ -80,12 +87,33 @@ async def one_try(stack: Stack, kind: str) -> tuple[float, float]:
     relaunch = await until(relaunched, "the relaunch run", 30.0, [])
     assert relaunch.created is not None
     created = relaunch.created.timestamp() - killed
+    # Log lines reach the API a little after they are said: read until the pass's is there.
+    trigger = await until(
+        lambda: relaunching_trigger(client, workflow_id, killed), "the pass's log", 30.0, []
+    )
+    if kind == "flow-run":  # the worker said Crashed: that event, not a pulse, was first
+        assert trigger == CRASH_TRIGGER, trigger
     done = await wait_ended(client, relaunch.id, 180.0)
     assert done.state is not None and done.state.type == StateType.COMPLETED, done.state
     dead = await client.read_flow_run(run.id)
     assert dead.state is not None and dead.state.name == "Superseded", dead.state
-    print("          " + await stages(client, run.id, killed, relaunch))
+    print(f"          {await stages(client, run.id, killed, relaunch)} · by {trigger!r}")
     return created, took_epoch
+
+
+async def relaunching_trigger(client: PrefectClient, workflow_id: str, killed: float) -> str | None:
+    """The trigger whose sweep pass relaunched the workflow (``None``: no pass's log says
+    so yet). Every pass here is one a trigger made (the server runs no scheduler): a try
+    the clock answered would measure the wrong thing, and fails."""
+    passes = [r for r in await sweep_runs(client) if r.created and r.created.timestamp() > killed]
+    for sweep in passes:
+        assert sweep.created_by is not None and sweep.created_by.type == "AUTOMATION", sweep
+        logs = await client.read_logs(
+            log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[sweep.id]))
+        )
+        if any(f"Relaunched workflow {workflow_id}" in log.message for log in logs):
+            return str(sweep.created_by.display_value)
+    return None
 
 
 async def stages(client: PrefectClient, dead: uuid.UUID, killed: float, relaunch: FlowRun) -> str:

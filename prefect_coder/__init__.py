@@ -2,7 +2,7 @@
 
 The public API, importable from here::
 
-    from prefect_coder import DurableChat, TaskSettings, WorkflowSettings, durable_tool
+    from prefect_coder import DurableChat, DurableFleet, TaskSettings, WorkflowSettings, durable_tool
     from prefect_coder import CoderCredentials, PostgresLedger, SqliteLedger
 
 Names load on first use, so ``prefect-coder simulator`` starts without importing
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         WorkflowCancelled,
         WorkflowFinished,
     )
+    from prefect_coder.fleet import DurableFleet, FleetFailed
     from prefect_coder.settings import TaskSettings, WorkflowSettings
 
 _WHERE = {
@@ -42,6 +43,8 @@ _WHERE = {
     "Superseded": "prefect_coder.chat",
     "WorkflowCancelled": "prefect_coder.chat",
     "WorkflowFinished": "prefect_coder.chat",
+    "DurableFleet": "prefect_coder.fleet",
+    "FleetFailed": "prefect_coder.fleet",
     "TaskSettings": "prefect_coder.settings",
     "WorkflowSettings": "prefect_coder.settings",
 }
@@ -49,6 +52,8 @@ _WHERE = {
 __all__ = [
     "CoderCredentials",
     "DurableChat",
+    "DurableFleet",
+    "FleetFailed",
     "PostgresLedger",
     "PromptChanged",
     "SqliteLedger",

@@ -39,13 +39,13 @@ from coder_chat import CoderConfigError
 from coder_chat.durable.records import StepRecord
 from coder_chat.durable.step import StepResult, check_same_prompt
 from prefect_coder._run.hold import Hold, log_here
-from prefect_coder._run.imports import ToolLike
 from prefect_coder._run.runtime import Ledger, checked_blocks
 from prefect_coder._run.story import step_line
 from prefect_coder._run.task_policy import tuned
 from prefect_coder._run.workflow import WorkflowRun, record_cached_step
 from prefect_coder.blocks import CoderCredentials
 from prefect_coder.exceptions import StoreLost, Superseded, WorkflowCancelled, WorkflowFinished
+from prefect_coder.imports import ToolLike
 from prefect_coder.settings import WorkflowSettings
 from prefect_coder.tasks.turns import run_turn
 

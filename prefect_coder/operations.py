@@ -1,6 +1,8 @@
-"""What a person does to a workflow from outside its runs: cancel it, or resume it.
+"""What a person does to a workflow from outside its runs: cancel it, resume it, or
+archive its chat once it is over.
 
-``prefect-coder workflows cancel|resume`` call these. Neither is a fault for the sweep to
+``prefect-coder workflows cancel|resume`` call these, and the ``archive-workflow`` flow the
+last. Neither is a fault for the sweep to
 repair: a cancelled workflow is never relaunched, and a resumed one is carried on from its
 last finished step by a new run of its deployment (its finished steps come from the store
 and are never sent again).
@@ -8,7 +10,7 @@ and are never sent again).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from uuid import UUID
 
@@ -26,10 +28,22 @@ from coder_chat.durable.retire import Retired
 from coder_chat.durable.store import DurableStore
 from coder_chat.durable.sweep import end_cancelled
 from prefect_coder._run.marks import note_on_run
-from prefect_coder._run.naming import workflow_tag
-from prefect_coder._run.runtime import Runtime
+from prefect_coder._run.naming import deployment_name, workflow_tag
+from prefect_coder._run.runtime import Ledger, Runtime
+from prefect_coder._run.workflow import Workflow, WorkflowRun, finish_workflow, take_epoch
+from prefect_coder.blocks import CoderCredentials
+from prefect_coder.imports import ToolLike, resolve_tools
+from prefect_coder.settings import WorkflowSettings
+from prefect_coder.tasks.lifecycle import archive_chat
 
-__all__ = ["RESUMABLE", "Cancelled", "Runtime", "cancel_workflow", "resume_workflow"]
+__all__ = [
+    "RESUMABLE",
+    "Cancelled",
+    "Runtime",
+    "archive_workflow_chat",
+    "cancel_workflow",
+    "resume_workflow",
+]
 
 #: A workflow in one of these states can be resumed.
 RESUMABLE = frozenset({WorkflowState.FAILED, WorkflowState.CANCELLED})
@@ -144,3 +158,31 @@ async def _workflow(store: DurableStore, tenant: str, workflow_id: str) -> Workf
     if workflow is None:
         raise CoderConfigError(f"no workflow {workflow_id!r} in this store (tenant {tenant})")
     return workflow
+
+
+async def archive_workflow_chat(
+    workflow_id: str,
+    tools: Sequence[ToolLike] = (),
+    *,
+    allow_plain_tools: bool = False,
+    credentials: CoderCredentials | None = None,
+    ledger: Ledger | None = None,
+) -> bool:
+    """Archive the chat of ``workflow_id`` (a paused client tool reconciled first, by the
+    ``archive_chat`` task) and store the workflow finished. Its next epoch is taken first,
+    so a run still acting for it is fenced out before its chat is archived. Returns whether
+    a chat was archived."""
+    workflow = Workflow(
+        workflow_id,
+        deployment=await deployment_name(),
+        flow_run_id=None,
+        credentials=credentials,
+        ledger=ledger,
+        settings=WorkflowSettings(allow_plain_tools=allow_plain_tools),
+        tools=resolve_tools(tools, allow_plain=allow_plain_tools),
+    )
+    rt = Runtime.from_blocks(credentials, ledger)
+    run = WorkflowRun(workflow, await take_epoch(rt, workflow), rt)
+    archived = await archive_chat(run)
+    await finish_workflow(run, WorkflowState.FINISHED)
+    return archived

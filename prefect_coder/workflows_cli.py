@@ -449,8 +449,8 @@ async def _prune(args: argparse.Namespace, target: StoreTarget) -> int:
 
 
 async def _cancel(args: argparse.Namespace, target: StoreTarget) -> int:
-    from prefect_coder._run.imports import resolve_tools
     from prefect_coder._run.runtime import Runtime
+    from prefect_coder.imports import resolve_tools
     from prefect_coder.operations import cancel_workflow
 
     credentials = await _credentials(args.credentials_block)

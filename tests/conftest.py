@@ -75,7 +75,6 @@ _LONG_FIRST = (
     "tests/integration/test_ui_story.py",
     "tests/integration/test_readme_setup.py",
     "tests/integration/test_ui_cancel.py",
-    "tests/integration/test_deployed_code_changes.py",
     "tests/integration/test_installed_package.py",
     "tests/docs/test_lab_commands.py",
     "tests/integration/test_ui.py",

@@ -38,7 +38,6 @@ from prefect_coder._run.ending import (
     reopen_chat,
     retire_workflow_chat,
 )
-from prefect_coder._run.imports import ToolLike, resolve_tools
 from prefect_coder._run.logs import run_log
 from prefect_coder._run.marks import (
     end_cancelled_run,
@@ -71,6 +70,7 @@ from prefect_coder._run.workflow import (
 )
 from prefect_coder.blocks import CoderCredentials
 from prefect_coder.exceptions import StoreLost, Superseded, WorkflowCancelled, WorkflowFinished
+from prefect_coder.imports import ToolLike, resolve_tools
 from prefect_coder.settings import WorkflowSettings
 
 #: Ends a person may carry a workflow on from (``prefect-coder workflows resume``).

@@ -4,14 +4,8 @@ from collections.abc import Sequence
 
 from prefect import flow
 
-from coder_chat.durable.records import WorkflowState
-from prefect_coder._run.imports import resolve_tools
-from prefect_coder._run.naming import deployment_name
-from prefect_coder._run.runtime import Runtime
-from prefect_coder._run.workflow import Workflow, WorkflowRun, finish_workflow, take_epoch
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
-from prefect_coder.settings import WorkflowSettings
-from prefect_coder.tasks.lifecycle import archive_chat
+from prefect_coder.operations import archive_workflow_chat
 
 
 @flow(name="archive-workflow", flow_run_name="archive {workflow_id}")
@@ -27,18 +21,10 @@ async def archive_workflow(
     Taking the workflow's epoch first means a run still acting for it is fenced
     out before its chat is archived. Returns whether a chat was archived.
     """
-    settings = WorkflowSettings(allow_plain_tools=allow_plain_tools)
-    workflow = Workflow(
+    return await archive_workflow_chat(
         workflow_id,
-        deployment=await deployment_name(),
-        flow_run_id=None,
+        tools,
+        allow_plain_tools=allow_plain_tools,
         credentials=credentials,
         ledger=ledger,
-        settings=settings,
-        tools=resolve_tools(tools, allow_plain=allow_plain_tools),
     )
-    rt = Runtime.from_blocks(credentials, ledger)
-    run = WorkflowRun(workflow, await take_epoch(rt, workflow), rt)
-    archived = await archive_chat(run)
-    await finish_workflow(run, WorkflowState.FINISHED)
-    return archived

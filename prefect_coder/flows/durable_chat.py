@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from prefect import flow
 
 from coder_chat.durable.step import StepResult
-from prefect_coder._run.imports import import_model
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from prefect_coder.chat import DEFAULT_SETTINGS, DurableChat
+from prefect_coder.imports import import_model
 from prefect_coder.settings import WorkflowSettings
 
 

@@ -26,7 +26,6 @@ from coder_chat.durable.sweep import (
     mark_failed,
     sweep,
 )
-from prefect_coder._run.imports import resolve_tools
 from prefect_coder._run.lease import flow_run_url
 from prefect_coder._run.logs import run_log
 from prefect_coder._run.marks import SUPERSEDED, note_on_run
@@ -34,6 +33,7 @@ from prefect_coder._run.naming import REFUSED, run_name, slug
 from prefect_coder._run.runtime import Ledger, Runtime
 from prefect_coder._run.task_policy import durable_task, launch_task
 from prefect_coder.blocks import CoderCredentials
+from prefect_coder.imports import resolve_tools
 from prefect_coder.tasks.lost_runs import replaces_tag
 
 #: A run that ended like this left its workflow unfinished: relaunch it.

@@ -87,7 +87,9 @@ async def _fleet(
     stack.push_async_callback(procs.close)
     ctl, store = hosts["ctl"], hosts["store"]
     # Prefect's database serves Prefect's server alone: on the control host's loopback.
-    control_pg = HostPg(root / "ctl" / "pg", ctl, "127.0.0.1", statement_log=False)
+    control_pg = HostPg(
+        root / "ctl" / "pg", ctl, "127.0.0.1", statement_log=False, for_prefect=True
+    )
     store_pg = HostPg(root / "store" / "pg", store, store.address, statement_log=True)
     url, payments = await stack.enter_async_context(serve_payments(net.gateway))
     return Fleet(root, slot, net, hosts, procs, timings, control_pg, store_pg, payments, url)

@@ -23,9 +23,11 @@ class HostPg(PgCluster):
     """A PostgreSQL server in ``host``'s namespace, on ``listen`` (the host's address, or
     its loopback for a server only the host itself uses)."""
 
-    def __init__(self, root: Path, host: Host, listen: str, *, statement_log: bool) -> None:
+    def __init__(
+        self, root: Path, host: Host, listen: str, *, statement_log: bool, for_prefect: bool = False
+    ) -> None:
         root.mkdir(parents=True, exist_ok=True)
-        super().__init__(root)
+        super().__init__(root, for_prefect=for_prefect)
         self.host = host
         self.listen = listen
         self.port = PORT
@@ -58,7 +60,7 @@ class HostPg(PgCluster):
         if self._as_postgres:
             shutil.chown(self.root, "postgres")
         if not self.data.exists():
-            self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
+            self._create()
             # The lab's subnet is private to this machine: every host may connect.
             with (self.data / "pg_hba.conf").open("a") as hba:
                 hba.write("host all all 10.231.0.0/16 trust\n")

@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 
@@ -16,6 +17,7 @@ from coder_chat.durable.markers import LABEL_WORKFLOW
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.simulator import Simulator
+from prefect_coder import DurableChat, DurableFleet
 from prefect_coder.flows.durable_chats import FleetFailed, WorkflowSpec, durable_chats
 
 from .example_tools import FREEZE_COUNTS
@@ -175,3 +177,41 @@ async def test_a_failed_workflow_is_ended_and_the_others_finish(
         "mixed-2": WorkflowState.FINISHED,
     }
     assert all(sim.chat(chat_of(sim, w.workflow_id)[0]).archived for w in workflows)
+
+
+async def test_a_flow_of_its_own_runs_many_workflows_with_a_durable_fleet(
+    sim: Simulator, coder_env: Path
+) -> None:
+    """``DurableFleet`` in a user's flow: each workflow decides its own turns as it goes,
+    one fails alone (ended, the others finished), and the run fails naming it."""
+
+    @flow(name="own-fleet")
+    async def own_fleet(ids: list[str]) -> None:
+        async with DurableFleet(ids, max_at_once=2) as fleet:
+
+            async def decide(chat: DurableChat) -> None:
+                first = await chat.turn(f"first for {chat.workflow_id}")
+                if chat.workflow_id.endswith("-2"):
+                    raise ValueError(f"{chat.workflow_id} did not like {first.text[:12]!r}")
+                await chat.turn("second, since the first went well")
+
+            await asyncio.gather(*(fleet.run(i, decide, expected_turns=2) for i in ids))
+
+    ids = [f"own-fleet-{i}" for i in range(3)]
+    with pytest.raises(FleetFailed, match=r"1 of 3 workflow.*own-fleet-2: own-fleet-2 did not"):
+        await own_fleet(ids)
+    store = SqliteStore(coder_env)
+    try:
+        states = {i: (await store.get_workflow(str(sim.organization_id), i)) for i in ids}
+    finally:
+        await store.close()
+    assert {i: r.state if r else None for i, r in states.items()} == {
+        "own-fleet-0": WorkflowState.FINISHED,
+        "own-fleet-1": WorkflowState.FINISHED,
+        "own-fleet-2": WorkflowState.FAILED,
+    }
+    for i in ids:
+        [chat_id] = chat_of(sim, i)
+        assert sim.chat(chat_id).archived
+        sent = [m for m in sim.messages(chat_id) if m.role == "user"]
+        assert len(sent) == (1 if i.endswith("-2") else 2)

@@ -70,7 +70,7 @@ async def browser_lab(tmp: Path, screenshots: str) -> AsyncIterator[BrowserLab]:
     PostgreSQL, and the test's processes, all stopped on the way out."""
     browser_path = require_chromium()
     clear_screenshots(screenshots)
-    with PgCluster() as pg:
+    with PgCluster(for_prefect=True) as pg:
         async with managed_processes(tmp) as procs:
             yield BrowserLab(procs, browser_path, pg.dsn)
 

@@ -154,7 +154,7 @@ async def recovery_stack(
 ) -> AsyncIterator[Stack]:
     """The stack, deployed from the shipped YAML, with no worker yet; ``server_settings``
     are Prefect settings (environment variables) of the server's alone."""
-    with PgCluster() as pg:
+    with PgCluster(for_prefect=True) as pg:
         env = home_env(tmp)
         # No scheduler: every sweep pass here is one a trigger started.
         server = await start_server(procs, tmp, {**env, **(server_settings or {})}, pg.dsn)

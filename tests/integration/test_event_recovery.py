@@ -1,11 +1,13 @@
-"""Recovery by events, from the shipped YAML: a killed flow run is relaunched by a pass of
-the orphan sweep that its Crashed event started, not by the 5-minute schedule.
+"""Recovery by events, from the shipped YAML: a dead host's run is relaunched by a pass of
+the orphan sweep that its stopped pulse started, not by the 5-minute schedule.
 
 A real ``prefect server`` (no scheduler, so no scheduled pass can happen), ``prefect
 deploy`` from deployments/prefect.yaml, a process worker and ``prefect-coder simulator``.
-A durable-chat run is mid-step (its turn sleeps on the simulator) when its process alone is
-SIGKILLed: the worker reports it Crashed, the sweep's trigger starts a pass, and the pass
-relaunches the workflow, whose new run takes the next epoch and finishes every step.
+
+A flow-run process killed alone (the worker reports it Crashed, and the crash trigger's
+pass relaunches it) is ``bench.recovery``'s flow-run try, on the same stack: its run in
+tests/docs/test_recovery_command.py fails unless the crash trigger's pass relaunched the
+workflow and the relaunch finished it, the killed run ending Superseded.
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ from tests.integration.recovery_stack import (
 
 #: Bounds for cold processes on a loaded machine; nothing here is timed.
 TIMEOUT = 180.0
-CRASH_TRIGGER = "orphan-sweep on a crash or a cancel"
 #: How often the server evaluates proactive triggers (Prefect's default is 5 s), and how
 #: often a worker asks for work (the docs say 2 s): both Prefect settings, lowered so
 #: that a test waits less on the clock; what the triggers and the workers do is the same.
@@ -54,58 +55,6 @@ def fast_stack(procs: Processes, tmp: Path) -> contextlib.AbstractAsyncContextMa
 
 
 pytestmark = [pytest.mark.timeout(600), NEEDS_PROC]
-
-
-async def test_a_killed_flow_run_is_relaunched_by_its_crash_event(tmp_path: Path) -> None:
-    async with managed_processes(tmp_path) as procs, fast_stack(procs, tmp_path) as stack:
-        client = stack.client
-        worker = await stack.start_worker()
-        workflow_id = new_workflow_id("it-event")
-        run = await stack.launch(workflow_id, ["/sleep 20 take your time", "say goodbye"])
-        await stack.began(workflow_id, 1, TIMEOUT)
-
-        async def mid_step() -> bool:
-            found = await client.read_flow_run(run.id)
-            return found.state is not None and found.state.type == StateType.RUNNING
-
-        await until(mid_step, "the run to be mid-step", TIMEOUT, [worker, stack.server])
-        await stack.kill_flow_run(worker)
-
-        record = await stack.began(workflow_id, 2, TIMEOUT)
-        tag = f"prefect-coder:relaunch:{workflow_id}"
-        [relaunch] = await client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag]))
-        )
-        assert record.flow_run_id == str(relaunch.id)
-
-        # The pass that relaunched it was started by the crash trigger; no other kind of
-        # pass ran (the server has no scheduler, and the schedule would be minutes away).
-        passes = await sweep_runs(client)
-        assert passes, "no sweep pass ran"
-        for sweep in passes:
-            assert sweep.created_by is not None and sweep.created_by.type == "AUTOMATION", sweep
-        relaunched_by = []
-        for sweep in passes:
-            logs = await client.read_logs(
-                log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[sweep.id]))
-            )
-            if any(f"Relaunched workflow {workflow_id}" in log.message for log in logs):
-                relaunched_by.append(sweep)
-                assert any("prefect.flow-run.Crashed" in log.message for log in logs), [
-                    log.message for log in logs
-                ]
-        [sweep] = relaunched_by
-        assert sweep.created_by is not None
-        assert sweep.created_by.display_value == CRASH_TRIGGER
-        assert sweep.parameters["because"].startswith("prefect.flow-run.Crashed of run ")
-
-        # The relaunch finishes the workflow; the killed run says it was superseded.
-        done = await wait_ended(client, relaunch.id, TIMEOUT)
-        assert done.state is not None and done.state.type == StateType.COMPLETED, done.state
-        finished = await stack.workflow(workflow_id)
-        assert finished is not None and finished.state == WorkflowState.FINISHED
-        dead = await client.read_flow_run(run.id)
-        assert dead.state is not None and dead.state.name == "Superseded", dead.state
 
 
 PULSE_TRIGGER = "orphan-sweep on a run whose pulse stopped"

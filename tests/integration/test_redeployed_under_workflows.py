@@ -299,7 +299,7 @@ def rows(db: Path, workflow_id: str) -> list[tuple[Any, ...]]:
 @contextlib.asynccontextmanager
 async def real_stack(procs: Processes, tmp: Path, sim: Simulator) -> AsyncIterator[Stack]:
     """A Prefect server, the team's pool and v1 deployed, and one process worker."""
-    with PgCluster() as pg:
+    with PgCluster(for_prefect=True) as pg:
         base = home_env(tmp)
         # No scheduler: every run here is one the test or the sweep made.
         server = await start_server(procs, tmp, base, pg.dsn)

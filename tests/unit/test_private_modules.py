@@ -1,4 +1,6 @@
-"""Nothing outside ``prefect_coder`` imports its private modules or names.
+"""Nothing outside ``prefect_coder`` imports its private modules or names; nor do our flows,
+which read as a user's flow would (on ``DurableChat``, ``DurableFleet``, ``SweepPass`` and
+``prefect_coder.operations``).
 
 Private: a module with a path part that starts with ``_`` (``prefect_coder._run``), or a
 name that does. Tests, benchmarks and the labs use what a user of the package can: the
@@ -17,6 +19,10 @@ from .repo_files import ROOT, python_files
 
 def python_files_outside_the_package() -> list[Path]:
     return [ROOT / f for f in python_files() if not f.startswith("prefect_coder/")]
+
+
+def our_flows() -> list[Path]:
+    return [ROOT / f for f in python_files() if f.startswith("prefect_coder/flows/")]
 
 
 def private_imports(source: str) -> Iterator[tuple[int, str]]:
@@ -61,6 +67,17 @@ def test_no_module_outside_the_package_imports_a_private_one() -> None:
     found = [
         f"{path.relative_to(ROOT)}:{line}: {name}"
         for path in files
+        for line, name in private_imports(path.read_text())
+    ]
+    assert found == []
+
+
+def test_our_flows_import_only_public_names() -> None:
+    flows = our_flows()
+    assert any(f.name == "durable_chats.py" for f in flows)
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {name}"
+        for path in flows
         for line, name in private_imports(path.read_text())
     ]
     assert found == []
