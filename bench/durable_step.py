@@ -256,7 +256,7 @@ class Setup:
         async def call(i: int) -> None:
             step = wf.next()
             wid = wf.chat.workflow_id
-            fence = Fence(tenant=self.tenant, workflow_id=wid, epoch=wf.chat.run.epoch)
+            fence = Fence(tenant=self.tenant, workflow_id=wid, epoch=wf.chat.run.fence.epoch)
             options = self.settings.options()
             ctx = StepContext.fenced(client, store, fence, wid, step, StepTools(), options)
             result = await run_step(ctx, StepSpec(prompt=f"step {step}"))

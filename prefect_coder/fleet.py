@@ -20,11 +20,9 @@ yours can be one too::
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 
 from prefect.concurrency.asyncio import concurrency
 from prefect.runtime import flow_run as current_flow_run
@@ -79,10 +77,10 @@ class DurableFleet:
     """One flow run's many durable workflows.
 
     Entered, it names the run after its workflows and starts one progress artifact over them.
-    :meth:`run` runs one workflow as a :class:`~prefect_coder.chat.DurableChat` of its own
-    (at most ``max_at_once`` at a time, each holding a slot of the global concurrency limit
-    ``concurrency_limit`` when one is named); a workflow that fails is ended (its chat
-    archived, marked FAILED) while the others go on. On the way out the run ends as the
+    :meth:`run` runs one workflow as a :class:`~prefect_coder.chat.DurableChat` of its own; a
+    workflow that fails is ended (its chat archived, marked FAILED) while the others go on.
+    How many run at once is the flow's to decide (``durable_chats``: an ``asyncio.Semaphore``,
+    and a slot of a global concurrency limit each, :func:`concurrency_slot`). On the way out the run ends as the
     durable contract says: Superseded when a newer run took a workflow, Crashed (``StoreLost``)
     when a workflow lost the store for good, for the sweep to relaunch it whole, and
     :class:`FleetFailed` when any workflow failed.
@@ -96,14 +94,10 @@ class DurableFleet:
         ledger: SqliteLedger | PostgresLedger | None = None,
         tools: Sequence[ToolLike] = (),
         settings: WorkflowSettings = DEFAULT_SETTINGS,
-        max_at_once: int = 50,
-        concurrency_limit: str = "",
     ) -> None:
         self.workflow_ids = list(workflow_ids)
         self._credentials, self._ledger, self._tools = credentials, ledger, tools
         self._settings = settings
-        self._gate = asyncio.Semaphore(max(1, max_at_once))
-        self._limit = concurrency_limit
         self._outcomes = _Outcomes()
         self._this_run: str | None = None
         self._name = fleet_name(self.workflow_ids)
@@ -127,14 +121,9 @@ class DurableFleet:
         self._heap.enter_context(heap_frozen())
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         self._heap.close()
-        if exc is None:
+        if exc_info[1] is None:  # an error on the way (a cancellation) ends nothing here
             await self._end()
 
     async def run(
@@ -142,10 +131,6 @@ class DurableFleet:
     ) -> None:
         """Run one workflow: its chat entered, ``turns`` taken in it. A failure ends that
         workflow alone, and is counted (nothing is raised here)."""
-        async with self._gate, _slot(self._limit):
-            await self._run_one(workflow_id, turns, expected_turns)
-
-    async def _run_one(self, workflow_id: str, turns: Turns, expected_turns: int | None) -> None:
         outcomes, progress = self._outcomes, self._entered_progress()
         chat = self._chat(workflow_id, expected_turns)
         try:
@@ -219,8 +204,10 @@ class DurableFleet:
 
 
 @contextlib.asynccontextmanager
-async def _slot(limit: str) -> AsyncIterator[None]:
-    """A slot of the named global concurrency limit for the workflow's whole run."""
+async def concurrency_slot(limit: str) -> AsyncIterator[None]:
+    """A slot of Prefect's global concurrency limit named ``limit`` (none when empty), held
+    for as long as the block inside runs: one workflow's whole run, say, so that several
+    workers share one budget (Coder's per-user chat quota)."""
     if not limit:
         yield
         return
@@ -228,4 +215,4 @@ async def _slot(limit: str) -> AsyncIterator[None]:
         yield
 
 
-__all__ = ["DurableFleet", "FleetFailed", "Turns", "fleet_name"]
+__all__ = ["DurableFleet", "FleetFailed", "Turns", "concurrency_slot", "fleet_name"]

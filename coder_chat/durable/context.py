@@ -142,14 +142,6 @@ class StepContext:
         return cls(client, guard, workflow_id, step, tools, options, report, first_try)
 
     @property
-    def store(self) -> DurableStore:
-        return self.guard.store
-
-    @property
-    def fence(self) -> Fence:
-        return self.guard.fence
-
-    @property
     def name(self) -> str:
         return self.title or f"Step {self.step}"
 
@@ -160,6 +152,16 @@ class StepContext:
     @property
     def tenant(self) -> str:
         return self.fence.tenant
+
+    @property
+    def store(self) -> DurableStore:
+        """The run's store: its guard's, which checks the fence against it."""
+        return self.guard.store
+
+    @property
+    def fence(self) -> Fence:
+        """The epoch this run holds: its guard's, the one place it is kept."""
+        return self.guard.fence
 
     @property
     def marker(self) -> str:

@@ -196,9 +196,9 @@ class Hold:
         self._heart = asyncio.create_task(heartbeat_forever(run, log.warning))
         if not self.owns_run:
             return
-        first = "its first run" if run.epoch == 1 else f"run {run.epoch}"
-        log.info(f"Workflow {self.workflow_id}: this is {first} (epoch {run.epoch}).")
-        name = await self._name_run(run_name(self.workflow_id, run.epoch), log)
+        first = "its first run" if run.fence.epoch == 1 else f"run {run.fence.epoch}"
+        log.info(f"Workflow {self.workflow_id}: this is {first} (epoch {run.fence.epoch}).")
+        name = await self._name_run(run_name(self.workflow_id, run.fence.epoch), log)
         if run.workflow.flow_run_id is not None:
             self.took_over_from = await supersede(
                 self.previous_run, run.workflow.flow_run_id, name, log

@@ -86,19 +86,11 @@ class WorkflowRun:
         self.guard.fence = fence
 
     def __repr__(self) -> str:
-        return f"WorkflowRun({self.workflow_id!r}, epoch={self.epoch})"
+        return f"WorkflowRun({self.workflow_id!r}, epoch={self.fence.epoch})"
 
     @property
     def workflow_id(self) -> str:
         return self.fence.workflow_id
-
-    @property
-    def tenant(self) -> str:
-        return self.fence.tenant
-
-    @property
-    def epoch(self) -> int:
-        return self.fence.epoch
 
     async def retried(self, what: Callable[[], Awaitable[T]]) -> T:
         """:meth:`Workflow.retried`, for this workflow."""
@@ -241,7 +233,7 @@ async def record_cached_step(run: WorkflowRun, prompt: str, result: StepResult) 
     """A step Prefect's result cache answered, written to the store when it lacks it (a
     ledger lost or replaced while the results were kept): its record and checkpoint, so
     that the next step goes on in the same chat, and the sweep and the archive know it."""
-    store, tenant, wid = run.runtime.store, run.tenant, run.workflow_id
+    store, tenant, wid = run.runtime.store, run.fence.tenant, run.workflow_id
     if await run.retried(lambda: store.get_step(tenant, wid, result.step)) is not None:
         return  # the usual case: the store had it, and the cache saved reading it
     record = StepRecord(

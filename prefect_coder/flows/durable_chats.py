@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from coder_chat.durable.step import StepResult
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from prefect_coder.chat import DEFAULT_SETTINGS, DurableChat
-from prefect_coder.fleet import DurableFleet, FleetFailed
+from prefect_coder.fleet import DurableFleet, FleetFailed, concurrency_slot
 from prefect_coder.imports import import_model
 from prefect_coder.settings import WorkflowSettings
 
@@ -61,17 +61,21 @@ async def durable_chats(
             per-user chat quota, say); empty for none.
     """
     schemas = [import_model(path) for path in output_schemas]
+    gate = asyncio.Semaphore(max(1, max_at_once))
     fleet = DurableFleet(
         [spec.workflow_id for spec in workflows],
         credentials=credentials,
         ledger=ledger,
         tools=tools,
         settings=settings,
-        max_at_once=max_at_once,
-        concurrency_limit=concurrency_limit,
     )
+
+    async def one(spec: WorkflowSpec) -> None:
+        async with gate, concurrency_slot(concurrency_limit):
+            await _run_one(fleet, spec, schemas)
+
     async with fleet:
-        await asyncio.gather(*(_run_one(fleet, spec, schemas) for spec in workflows))
+        await asyncio.gather(*(one(spec) for spec in workflows))
     return fleet.results
 
 

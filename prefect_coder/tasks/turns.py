@@ -31,7 +31,9 @@ from prefect_coder._run.workflow import WorkflowRun
 def step_cache_key(context: TaskRunContext, parameters: dict[str, Any]) -> str:
     """Prefect's cache key of ``run_turn``: :func:`step_key` of its run's ids."""
     run: WorkflowRun = parameters["run"]
-    return step_key(run.tenant, run.workflow_id, parameters["step"], str(parameters["prompt"]))
+    return step_key(
+        run.fence.tenant, run.workflow_id, parameters["step"], str(parameters["prompt"])
+    )
 
 
 def step_key(tenant: str, workflow_id: str, step: int, prompt: str) -> str:
@@ -65,7 +67,7 @@ async def run_turn(
     Prefect's console and API handlers, as much as the durable layer's store work).
     """
     log, started = run_log(), time.monotonic()
-    first_try = run.epoch == 1 and _first_try()
+    first_try = run.fence.epoch == 1 and _first_try()
     tell = story_log().info if run.workflow.settings.tell_turns else None
     ctx = run.step_context(step, log.info, first_try=first_try, tell=tell)
     result = await run_step(ctx, StepSpec(prompt=prompt, output_type=output))
@@ -90,7 +92,7 @@ async def reconcile_chat(run: WorkflowRun, step: int, output: type[BaseModel] | 
     """
     log = run_log()
     store = run.runtime.store
-    workflow = await store.get_workflow(run.tenant, run.workflow_id)
+    workflow = await store.get_workflow(run.fence.tenant, run.workflow_id)
     if workflow is None or workflow.chat_id is None:
         log.info(f"Workflow {run.workflow_id} has no chat; nothing to reconcile.")
         return "no-chat"

@@ -34,6 +34,18 @@ def fleet(prefix: str, count: int, steps: int) -> list[WorkflowSpec]:
     ]
 
 
+async def stored_states(
+    sim: Simulator, db: Path, workflow_ids: list[str]
+) -> dict[str, WorkflowState | None]:
+    """Each workflow's state as the embedded store holds it (``None``: never begun)."""
+    store = SqliteStore(db)
+    try:
+        records = [await store.get_workflow(str(sim.organization_id), w) for w in workflow_ids]
+    finally:
+        await store.close()
+    return {w: r.state if r else None for w, r in zip(workflow_ids, records, strict=True)}
+
+
 def chat_of(sim: Simulator, workflow_id: str) -> list[uuid.UUID]:
     return [c.id for c in sim.chats() if c.labels.get(LABEL_WORKFLOW) == workflow_id]
 
@@ -163,15 +175,7 @@ async def test_a_failed_workflow_is_ended_and_the_others_finish(
     workflows[1].prompts[1] = "this one breaks /fail fatal"
     with pytest.raises(FleetFailed, match=r"1 of 3 workflow.*mixed-1"):
         await durable_chats(workflows=workflows)
-    store = SqliteStore(coder_env)
-    try:
-        states = {
-            w.workflow_id: (await store.get_workflow(str(sim.organization_id), w.workflow_id))
-            for w in workflows
-        }
-    finally:
-        await store.close()
-    assert {wf: s.state if s else None for wf, s in states.items()} == {
+    assert await stored_states(sim, coder_env, [w.workflow_id for w in workflows]) == {
         "mixed-0": WorkflowState.FINISHED,
         "mixed-1": WorkflowState.FAILED,
         "mixed-2": WorkflowState.FINISHED,
@@ -187,7 +191,7 @@ async def test_a_flow_of_its_own_runs_many_workflows_with_a_durable_fleet(
 
     @flow(name="own-fleet")
     async def own_fleet(ids: list[str]) -> None:
-        async with DurableFleet(ids, max_at_once=2) as fleet:
+        async with DurableFleet(ids) as fleet:
 
             async def decide(chat: DurableChat) -> None:
                 first = await chat.turn(f"first for {chat.workflow_id}")
@@ -200,12 +204,7 @@ async def test_a_flow_of_its_own_runs_many_workflows_with_a_durable_fleet(
     ids = [f"own-fleet-{i}" for i in range(3)]
     with pytest.raises(FleetFailed, match=r"1 of 3 workflow.*own-fleet-2: own-fleet-2 did not"):
         await own_fleet(ids)
-    store = SqliteStore(coder_env)
-    try:
-        states = {i: (await store.get_workflow(str(sim.organization_id), i)) for i in ids}
-    finally:
-        await store.close()
-    assert {i: r.state if r else None for i, r in states.items()} == {
+    assert await stored_states(sim, coder_env, ids) == {
         "own-fleet-0": WorkflowState.FINISHED,
         "own-fleet-1": WorkflowState.FINISHED,
         "own-fleet-2": WorkflowState.FAILED,
