@@ -104,16 +104,28 @@ async def one_try(stack: Stack, kind: str) -> tuple[float, float]:
 async def relaunching_trigger(client: PrefectClient, workflow_id: str, killed: float) -> str | None:
     """The trigger whose sweep pass relaunched the workflow (``None``: no pass's log says
     so yet). Every pass here is one a trigger made (the server runs no scheduler): a try
-    the clock answered would measure the wrong thing, and fails."""
+    the clock answered would measure the wrong thing, and fails; so does a workflow two
+    passes relaunched. A pass the crash trigger made was told the event, in its
+    ``because`` and its log."""
     passes = [r for r in await sweep_runs(client) if r.created and r.created.timestamp() > killed]
+    relaunched_by = []
     for sweep in passes:
         assert sweep.created_by is not None and sweep.created_by.type == "AUTOMATION", sweep
         logs = await client.read_logs(
             log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[sweep.id]))
         )
-        if any(f"Relaunched workflow {workflow_id}" in log.message for log in logs):
-            return str(sweep.created_by.display_value)
-    return None
+        said = [log.message for log in logs]
+        if any(f"Relaunched workflow {workflow_id}" in line for line in said):
+            relaunched_by.append((sweep, said))
+    if not relaunched_by:
+        return None
+    assert len(relaunched_by) == 1, [s.name for s, _ in relaunched_by]
+    [(sweep, said)] = relaunched_by
+    trigger = str(sweep.created_by.display_value if sweep.created_by else "")
+    if trigger == CRASH_TRIGGER:
+        assert sweep.parameters["because"].startswith("prefect.flow-run.Crashed of run ")
+        assert any("prefect.flow-run.Crashed" in line for line in said), said
+    return trigger
 
 
 async def stages(client: PrefectClient, dead: uuid.UUID, killed: float, relaunch: FlowRun) -> str:

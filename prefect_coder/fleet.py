@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from prefect.concurrency.asyncio import concurrency
 from prefect.runtime import flow_run as current_flow_run
 
+from coder_chat import CoderConfigError
 from coder_chat.durable.step import StepResult
 from coder_chat.durable.store import FencedOut
 from prefect_coder._run.artifacts import Progress
@@ -96,6 +97,10 @@ class DurableFleet:
         settings: WorkflowSettings = DEFAULT_SETTINGS,
     ) -> None:
         self.workflow_ids = list(workflow_ids)
+        repeated = sorted({w for w in self.workflow_ids if self.workflow_ids.count(w) > 1})
+        if repeated:
+            # Two chats of one workflow in one run would each take the other's epoch.
+            raise CoderConfigError(f"a fleet names each workflow once; repeated: {repeated}")
         self._credentials, self._ledger, self._tools = credentials, ledger, tools
         self._settings = settings
         self._outcomes = _Outcomes()
@@ -130,10 +135,13 @@ class DurableFleet:
         self, workflow_id: str, turns: Turns, *, expected_turns: int | None = None
     ) -> None:
         """Run one workflow: its chat entered, ``turns`` taken in it. A failure ends that
-        workflow alone, and is counted (nothing is raised here)."""
+        workflow alone, and is counted (nothing is raised here). A workflow the fleet was
+        not given is refused: its totals and its run's name would not say it."""
+        if workflow_id not in self.workflow_ids:
+            raise CoderConfigError(f"workflow {workflow_id!r} is not one of this fleet's")
         outcomes, progress = self._outcomes, self._entered_progress()
-        chat = self._chat(workflow_id, expected_turns)
         try:
+            chat = self._chat(workflow_id, expected_turns)
             async with chat:
                 await self._supersede_once(chat)
                 await turns(chat)

@@ -122,6 +122,15 @@ class StepContext:
     #: Where the turn's story is told (``options.story``); ``None``: to ``report``.
     tell: Callable[[str], None] | None = None
 
+    def __post_init__(self) -> None:
+        # A call in the older shape (client, store, fence, ...) would shift every field and
+        # fail far from here: refuse it now, naming the way to build one from a fence.
+        if not isinstance(self.guard, FenceGuard):
+            raise TypeError(
+                "StepContext takes a FenceGuard after the client; to start from a store and "
+                "a fence, use StepContext.fenced(client, store, fence, workflow_id, step, tools)"
+            )
+
     @classmethod
     def fenced(
         cls,

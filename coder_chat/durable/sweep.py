@@ -34,6 +34,7 @@ from ..client.rest import ChatClient
 from ..errors import CoderError
 from ..protocol.models import Chat
 from .context import DurableOptions, StepContext, StepTools
+from .fence import FenceGuard
 from .markers import LABEL_STEP, LABEL_WORKFLOW, owner_labels
 from .reconcile import interrupt_quietly
 from .records import Fence, WorkflowRecord, WorkflowState, utcnow
@@ -89,6 +90,8 @@ class _Pass:
     policy: SweepPolicy
     tools: StepTools
     fence: Fence | None = None
+    #: One guard for the whole pass: a check of its fence serves every chat for a second.
+    guard: FenceGuard | None = None
 
     async def act(self, chat: Chat, finding: ChatFinding) -> ChatFinding:
         if self.fence is None:
@@ -97,15 +100,11 @@ class _Pass:
                 sweep_workflow_id(self.policy.deployment),
                 deployment=self.policy.deployment,
             )
-        ctx = StepContext.fenced(
-            self.client,
-            self.store,
-            self.fence,
-            chat.labels.get(LABEL_WORKFLOW, ""),
-            _step_label(chat),
-            self.tools,
-            self.policy.options,
-        )
+        if self.guard is None:
+            self.guard = FenceGuard(self.store, self.fence)
+        workflow_id = chat.labels.get(LABEL_WORKFLOW, "")
+        step, options = _step_label(chat), self.policy.options
+        ctx = StepContext(self.client, self.guard, workflow_id, step, self.tools, options)
         try:
             if finding.action == "interrupt":
                 async with asyncio.timeout(self.policy.options.chat.interrupt_timeout):

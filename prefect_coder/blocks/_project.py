@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 import os
+from urllib.parse import urlsplit
 
 #: The project's home; its README is the documentation each block links to.
 PROJECT_URL = "https://github.com/prefect-coder/prefect-coder"
@@ -21,4 +23,16 @@ class LogoUrl:
     logo only if someone on its network serves it."""
 
     def __get__(self, instance: object, owner: type | None = None) -> str:
-        return os.environ.get(LOGO_URL_VARIABLE) or HOSTED_LOGO_URL
+        served = os.environ.get(LOGO_URL_VARIABLE, "")
+        if not served:
+            return HOSTED_LOGO_URL
+        parts = urlsplit(served)
+        if parts.scheme in ("http", "https") and parts.netloc:
+            return served
+        # Prefect would refuse the block type, and so every save of a block: say so, go on.
+        logging.getLogger("prefect_coder.blocks").warning(
+            "%s=%r is not an http(s) address; the blocks keep the hosted logo",
+            LOGO_URL_VARIABLE,
+            served,
+        )
+        return HOSTED_LOGO_URL

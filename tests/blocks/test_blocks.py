@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import inspect
+import logging
 import os
 import sys
 import uuid
@@ -69,6 +70,17 @@ def test_a_team_offline_registers_the_logo_it_serves(monkeypatch: pytest.MonkeyP
     assert hosted == {
         f"https://github.com/prefect-coder/prefect-coder/raw/main/{LOGO.relative_to(ROOT)}"
     }
+
+
+def test_a_logo_address_prefect_would_refuse_keeps_the_hosted_one(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Prefect takes only an http(s) address: a path would make every save of a block fail."""
+    monkeypatch.setenv("PREFECT_CODER_LOGO_URL", "/static/logo.png")
+    with caplog.at_level(logging.WARNING, logger="prefect_coder.blocks"):
+        logo = str(CoderCredentials._to_block_type().logo_url)
+    assert logo.endswith(f"/raw/main/{LOGO.relative_to(ROOT)}"), logo
+    assert "'/static/logo.png' is not an http(s) address" in caplog.text
 
 
 def test_slugs_are_prefixed_and_stable() -> None:

@@ -10,6 +10,7 @@ module's ``Tiny`` sets: substituted, or added where the command leaves them out 
 
 from __future__ import annotations
 
+import compileall
 import os
 import re
 import signal
@@ -147,9 +148,14 @@ def tiny_commands(modules: re.Pattern[str]) -> list[list[str]]:
 
 @pytest.fixture(scope="module")
 def clone(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A ``git clone`` of HEAD: what a reader has, without the working tree's leftovers."""
+    """A ``git clone`` of HEAD: what a reader has, without the working tree's leftovers.
+
+    Compiled as a reader's first run compiles it: this machine sets PYTHONDONTWRITEBYTECODE,
+    and each of the dozens of processes a lab starts would compile the clone again."""
     folder = tmp_path_factory.mktemp("clone") / "prefect-coder"
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(folder)], check=True)
+    for package in ("coder_chat", "prefect_coder", "tests", "bench"):
+        compileall.compile_dir(folder / package, quiet=1)
     return folder
 
 

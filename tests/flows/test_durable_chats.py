@@ -13,6 +13,7 @@ from prefect import flow
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
 
+from coder_chat import CoderConfigError
 from coder_chat.durable.markers import LABEL_WORKFLOW
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
@@ -214,3 +215,16 @@ async def test_a_flow_of_its_own_runs_many_workflows_with_a_durable_fleet(
         assert sim.chat(chat_id).archived
         sent = [m for m in sim.messages(chat_id) if m.role == "user"]
         assert len(sent) == (1 if i.endswith("-2") else 2)
+
+
+async def test_a_fleet_names_each_workflow_once_and_runs_only_its_own() -> None:
+    """Two chats of one workflow in one run would take each other's epoch; a workflow the
+    fleet was not given would be missing from its totals and its run's name."""
+    with pytest.raises(CoderConfigError, match=r"repeated: \['twice'\]"):
+        DurableFleet(["twice", "once", "twice"])
+
+    async def nothing(chat: DurableChat) -> None:
+        raise AssertionError("not run")
+
+    with pytest.raises(CoderConfigError, match="'stranger' is not one of this fleet's"):
+        await DurableFleet(["mine"]).run("stranger", nothing)

@@ -6,6 +6,8 @@ counts the write transactions it committed.
 
 from __future__ import annotations
 
+import pytest
+
 from coder_chat import ChatClient, ChatSession
 from coder_chat.client.options import ChatOptions
 from coder_chat.durable.context import DurableOptions, StepContext, StepTools
@@ -87,3 +89,13 @@ async def test_a_step_leaves_its_fence_confirmed_for_what_comes_next(
             ctx = StepContext(client, guard, "wf-guard", step, StepTools(), FAST)
             await run_step(ctx, StepSpec(prompt=f"step {step}"))
             assert guard.fresh, f"step {step} left its fence unconfirmed"
+
+
+async def test_a_context_in_the_older_shape_is_refused_at_once(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    """``StepContext(client, store, fence, ...)`` would shift every field and fail far away."""
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        fence = await store.begin_run(str(sim.organization_id), "wf-shape")
+        with pytest.raises(TypeError, match=r"StepContext\.fenced\(client, store, fence"):
+            StepContext(client, store, fence, "wf-shape", 1, StepTools(), FAST)  # type: ignore[arg-type]
