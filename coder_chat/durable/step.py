@@ -209,10 +209,9 @@ async def _complete(
         notes=notes or [],
     )
     await asyncio.shield(ctx.store.complete_step(ctx.fence, record))
-    if ctx.guard is not None:
-        # A fenced write: what the workflow does next (the archive at its end, say)
-        # needs no store read to know this run still holds it.
-        ctx.guard.confirm()
+    # A fenced write: what the workflow does next (the archive at its end, say) needs no
+    # store read to know this run still holds it.
+    ctx.guard.confirm()
     return StepResult.from_record(record, verdict)
 
 
@@ -568,8 +567,7 @@ async def _journal_send(ctx: StepContext, chat_id: str, again: bool) -> JournalE
         horizon=now + timedelta(seconds=ctx.options.horizon),
     )
     await ctx.store.write_journal(ctx.fence, chat_id, entry)
-    if ctx.guard is not None:
-        ctx.guard.confirm()  # a fenced write: the send right after needs no other check
+    ctx.guard.confirm()  # a fenced write: the send right after needs no other check
     return entry
 
 

@@ -9,10 +9,13 @@ once (the campaign's 20261312/4, where the step kept "charge failed" as its resu
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from coder_chat import ChatClient
 from coder_chat.durable.context import StepContext, StepTools
+from coder_chat.durable.markers import step_marker
 from coder_chat.durable.reconcile import NOT_RUN
-from coder_chat.durable.records import WorkflowState
+from coder_chat.durable.records import JournalEntry, WorkflowState, utcnow
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.step import StepSpec, run_step
 from coder_chat.durable.sweep import end_cancelled
@@ -55,3 +58,40 @@ async def test_a_step_whose_calls_a_cancel_answered_not_run_goes_again_on_resume
     assert result.verdict == "resubmitted"
     assert [amount for amount, _ in CHARGES] == [900]  # run once, by the resubmission
     assert "receipt-1" in result.text
+
+
+async def test_an_answer_a_cancel_cut_short_is_sent_again_on_resume(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    """The run was cancelled mid-turn and stopped it, but could not reach the store to say
+    so (fleet campaign 24/3: its store cut off at that moment). The sweep that ends the
+    cancelled workflow says so in the journal: the resume sends the step again, and never
+    keeps the empty answer the interrupt left as the step's result."""
+    tenant, wf = str(sim.organization_id), "wf-cancel-cut"
+    tools = StepTools()
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        fence = await store.begin_run(tenant, wf)
+        first = await run_step(
+            StepContext.fenced(client, store, fence, wf, 1, tools, FAST), StepSpec(prompt="plan it")
+        )
+        chat_id = first.chat_id
+        marker, prompt = step_marker(wf, 2), "think it over /sleep 5"
+        # Step 2 as the run sends it: journaled first, then sent; then the cancel's stop.
+        horizon = utcnow() + timedelta(seconds=10)
+        entry = JournalEntry(state="submitting", marker=marker, attempt=0, horizon=horizon)
+        await store.write_journal(fence, chat_id, entry)
+        await client.send_message(chat_id, f"{marker} {prompt}")
+        await sim.wait_for_status(chat_id, "running")
+        await client.interrupt_chat(chat_id)
+        await sim.wait_for_status(chat_id, "waiting")
+
+        workflow = await store.get_workflow(tenant, wf)
+        assert workflow is not None
+        await end_cancelled(client, store, workflow, [], tools, FAST, print)
+
+        resumed = await store.begin_run(tenant, wf)
+        await client.update_chat(chat_id, archived=False)
+        again = StepContext.fenced(client, store, resumed, wf, 2, tools, FAST)
+        result = await run_step(again, StepSpec(prompt=prompt))
+    assert result.verdict == "resubmitted", result
+    assert result.text == f'You said: "{marker} think it over"'
