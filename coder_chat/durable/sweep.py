@@ -233,7 +233,6 @@ async def end_cancelled(
     whose tool is not here) is left for a later sweep, which retires the chats of ended
     workflows; the workflow is stored cancelled all the same.
     """
-    stopped_at = utcnow()  # the cancel is older: whatever it cut ends after this, less skew
     fence = await take_over(store, workflow)
 
     def context(step: int) -> StepContext:
@@ -248,7 +247,6 @@ async def end_cancelled(
     retired: list[Retired] = []
     for chat_id in dict.fromkeys([*checkpointed, *labelled]):
         try:
-            await _journal_the_stop(store, fence, chat_id, stopped_at)
             retired.append(await retire_as_journaled(store, fence, chat_id, context, report))
         except (CoderError, TimeoutError) as exc:
             report(
@@ -257,22 +255,6 @@ async def end_cancelled(
             retired.append(Retired(chat_id, "left", str(exc)))
     await store.finish(fence, WorkflowState.CANCELLED)
     return retired
-
-
-async def _journal_the_stop(
-    store: DurableStore, fence: Fence, chat_id: str, stopped_at: datetime
-) -> None:
-    """A person's cancel stopped the attempt in flight on the chat (its run's own interrupt,
-    or this sweep's): say so in its journal entry, as the run does when it can reach the
-    store, so that a resume judges the attempt by when it ended (cut short unless Coder had
-    finished it before the stop) and never keeps the partial answer the interrupt left.
-    An entry that already says why its attempt ended is left as it is."""
-    record = await store.get_chat(fence.tenant, chat_id)
-    entry = record.journal if record is not None else None
-    if entry is None or entry.state != "submitting" or entry.reason is not None:
-        return
-    stop = {"reason": "abort", "stopped_at": stopped_at}
-    await store.write_journal(fence, chat_id, entry.model_copy(update=stop))
 
 
 async def _checkpoint_newest(

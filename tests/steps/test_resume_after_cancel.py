@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from coder_chat import ChatClient
 from coder_chat.durable.context import StepContext, StepTools
 from coder_chat.durable.markers import step_marker
@@ -60,13 +62,22 @@ async def test_a_step_whose_calls_a_cancel_answered_not_run_goes_again_on_resume
     assert "receipt-1" in result.text
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "open (fleet campaign 24/3): a run that stops its turn on a cancel while its store is "
+        "out of reach cannot journal the stop, and nothing else knows the attempt was cut; "
+        "the sweep cannot tell it from a crash (journaling every cancelled attempt as cut "
+        "resends finished ones: campaign 20261604/13). The fix to come: the run journals a "
+        "stop before it sends it, and sends none it could not journal."
+    ),
+)
 async def test_an_answer_a_cancel_cut_short_is_sent_again_on_resume(
     sim: Simulator, store: SqliteStore
 ) -> None:
     """The run was cancelled mid-turn and stopped it, but could not reach the store to say
-    so (fleet campaign 24/3: its store cut off at that moment). The sweep that ends the
-    cancelled workflow says so in the journal: the resume sends the step again, and never
-    keeps the empty answer the interrupt left as the step's result."""
+    so (fleet campaign 24/3: its store cut off at that moment). The resume must send the
+    step again, and never keep the empty answer the interrupt left as the step's result."""
     tenant, wf = str(sim.organization_id), "wf-cancel-cut"
     tools = StepTools()
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
