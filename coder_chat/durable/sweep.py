@@ -82,26 +82,25 @@ class SweepReport:
 
 @dataclass
 class _Pass:
-    """One sweep pass: what it reads once and the fence it takes when it first acts."""
+    """One sweep pass: what it reads once and its hold on the sweep, taken when it first
+    acts (or the lease its caller took): one guard for all its chats, whose check of the
+    fence serves every chat for a second."""
 
     client: ChatClient
     store: DurableStore
     tenant: str
     policy: SweepPolicy
     tools: StepTools
-    fence: Fence | None = None
-    #: One guard for the whole pass: a check of its fence serves every chat for a second.
     guard: FenceGuard | None = None
 
     async def act(self, chat: Chat, finding: ChatFinding) -> ChatFinding:
-        if self.fence is None:
-            self.fence = await self.store.begin_run(
+        if self.guard is None:
+            fence = await self.store.begin_run(
                 self.tenant,
                 sweep_workflow_id(self.policy.deployment),
                 deployment=self.policy.deployment,
             )
-        if self.guard is None:
-            self.guard = FenceGuard(self.store, self.fence)
+            self.guard = FenceGuard(self.store, fence)
         workflow_id = chat.labels.get(LABEL_WORKFLOW, "")
         step, options = _step_label(chat), self.policy.options
         ctx = StepContext(self.client, self.guard, workflow_id, step, self.tools, options)
@@ -143,7 +142,8 @@ async def sweep(
     by_id = {w.workflow_id: w for w in workflows}
     now = utcnow()
     result = SweepReport(chats_seen=len(chats))
-    sweep_pass = _Pass(client, store, tenant, policy, tools or StepTools(), fence)
+    held = FenceGuard(store, fence) if fence is not None else None
+    sweep_pass = _Pass(client, store, tenant, policy, tools or StepTools(), held)
     for chat in chats:
         workflow = by_id.get(chat.labels.get(LABEL_WORKFLOW, ""))
         finding = _classify(chat, owners.get(chat.id), workflow, policy, now)
@@ -154,8 +154,8 @@ async def sweep(
                 finding = await sweep_pass.act(chat, finding)
         report(f"Chat {chat.id} ({chat.status}) {finding.action}: {finding.reason}.")
         result.findings.append(finding)
-    if sweep_pass.fence is not None and fence is None:
-        await store.finish(sweep_pass.fence, WorkflowState.FINISHED)
+    if sweep_pass.guard is not None and fence is None:
+        await store.finish(sweep_pass.guard.fence, WorkflowState.FINISHED)
     cutoff = now - timedelta(seconds=policy.stale_heartbeat)
     result.stranded = [
         w
