@@ -32,7 +32,7 @@ from .options import ChatOptions
 from .rest import ChatClient
 from .results import TurnResult
 from .tools import ClientTool, ToolFunction, client_tool
-from .turn import BeforeAction, StopOutcome, Turn, no_check
+from .turn import BeforeAction, BeforeInterrupt, StopOutcome, Turn, no_check, no_record
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -48,6 +48,9 @@ class SessionHooks:
     before_action: BeforeAction = no_check
     #: Where each turn's story is told as it happens (:class:`.story.TurnStory`).
     story: Callable[[str], None] | None = None
+    #: Awaited before a turn's stop (its deadline, a timeout, a cancellation) interrupts
+    #: the chat's run; raising sends no interrupt (a durable step journals the stop first).
+    before_interrupt: BeforeInterrupt = no_record
 
 
 NO_HOOKS = SessionHooks()

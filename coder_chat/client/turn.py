@@ -59,9 +59,18 @@ StopOutcome = Literal["interrupted", "withdrawn", "idle", "undelivered", "unknow
 #: ``archive``) before the request that performs it; raising stops the action.
 BeforeAction = Callable[[str], Awaitable[None]]
 
+#: Awaited with the chat and the moment (this machine's clock) just before a turn's stop
+#: sends its interrupt; raising sends none, so a caller can refuse a stop it cannot record.
+BeforeInterrupt = Callable[[str, datetime], Awaitable[None]]
+
 
 async def no_check(action: str) -> None:
     """The hook of a session that checks nothing before it acts."""
+    return
+
+
+async def no_record(chat_id: str, at: datetime) -> None:
+    """The hook of a session that records nothing before it interrupts."""
     return
 
 
@@ -73,6 +82,7 @@ class Turn:
         self.client: ChatClient = session.client
         self.options: ChatOptions = session.options
         self.before_action: BeforeAction = session.hooks.before_action
+        self.before_interrupt: BeforeInterrupt = session.hooks.before_interrupt
         self.prompt = prompt
         self.output_type = output_type
         self.tools: dict[str, ClientTool] = {t.name: t for t in session.tools}
@@ -369,16 +379,18 @@ class Turn:
         if chat_id is None:
             return
         outcome: StopOutcome = "unknown"
-        sending = False  # until the check before acting passed, nothing can have left
+        sending = False  # until the checks before acting passed, nothing can have left
         try:
             async with asyncio.timeout(self.options.interrupt_timeout):
                 await self.before_action("interrupt")
-                sending = True
                 if self.queued_id is not None and not self.translator.opened:
+                    sending = True
                     await self.client.delete_queued_message(chat_id, self.queued_id)
                     outcome = "withdrawn"
                 else:
-                    self.session.last_stop_at = datetime.now(UTC)
+                    at = datetime.now(UTC)
+                    await self.before_interrupt(chat_id, at)
+                    self.session.last_stop_at, sending = at, True
                     await self.client.interrupt_chat(chat_id)
                     outcome = "interrupted"
         except CoderApiError as exc:
@@ -388,7 +400,7 @@ class Turn:
         except CoderTransportError as exc:
             outcome = "unknown" if exc.sent else "undelivered"
         except (CoderError, TimeoutError):
-            # The check before acting failed (the store out of reach, say): nothing was sent.
+            # A check before acting failed (the store out of reach, say): nothing was sent.
             outcome = "unknown" if sending else "undelivered"
         finally:
             self.session.last_stop = outcome

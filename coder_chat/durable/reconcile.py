@@ -43,6 +43,7 @@ from ..protocol.transcript import STRUCTURED_OUTPUT, call_args, pending_calls
 from .context import StepContext
 from .markers import count_attempts, marker_in
 from .records import JournalEntry, JournalState, RecoveryReason, args_digest, utcnow
+from .stops import JournaledStop
 from .tools import LedgerBinding
 
 PAGE = 200
@@ -294,12 +295,17 @@ async def _submit(ctx: StepContext, chat_id: str, results: list[dict[str, Any]])
 
 
 async def interrupt_quietly(ctx: StepContext, chat_id: str) -> int:
-    """Interrupt; answer the HTTP status (409: nothing was running)."""
+    """Interrupt, the stop journaled first (:mod:`.stops`); answer the HTTP status (409:
+    nothing was running)."""
     await ctx.may_act("interrupt")
+    stop = JournaledStop(ctx, chat_id)
+    await stop.ahead()
     try:
         await ctx.client.interrupt_chat(chat_id)
     except CoderApiError as exc:
         if exc.status != 409:
             raise
+        await stop.cut_nothing()
         return 409
+    await stop.cut()
     return 200

@@ -94,8 +94,9 @@ class JournalEntry(Record):
     horizon: datetime | None = None
     #: Why recovery ran when this was written, so a later pass still pins cut-short.
     reason: RecoveryReason | None = None
-    #: When the failed attempt sent an interrupt whose outcome it never learnt (the
-    #: sender's clock): an attempt that Coder had finished before then was not cut by it.
+    #: When a stop's interrupt was sent, or was about to be (the sender's clock), its
+    #: outcome not known: journaled before the interrupt leaves (:mod:`.stops`). An
+    #: attempt that Coder had finished before then was not cut by it.
     stopped_at: datetime | None = None
 
 

@@ -23,6 +23,7 @@ Prefect-free, with the store as the record of progress:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,6 +66,7 @@ from .records import (
     utcnow,
 )
 from .settle import Settled, settle_wait
+from .stops import journal_stop, record_reason
 
 #: How a step ended this time: its turn ran, was recovered or resubmitted; or it had
 #: finished before and came from the store (``stored``) or Prefect's cache (``cached``).
@@ -417,11 +419,11 @@ async def adopt_orphan(ctx: StepContext) -> str | None:
 async def _run_turn(
     ctx: StepContext, spec: StepSpec, chat_id: str | None, cursor: int | None, verdict: StepVerdict
 ) -> StepResult:
-    session = await _session(ctx, spec, chat_id, cursor)
     again = verdict == "resubmitted"
     notes = await _ledger_notes(ctx, chat_id) if chat_id and again else []
     prompt = " ".join([ctx.marker, spec.prompt, *notes]) + _schema_note(ctx, spec)
     entry = await _journal_send(ctx, chat_id, again) if chat_id is not None else None
+    session = await _session(ctx, spec, chat_id, cursor, entry)
     try:
         result = await session.generate(
             prompt, deadline=ctx.options.step_deadline, output_type=spec.output_type
@@ -446,10 +448,15 @@ async def _run_turn(
 
 
 async def _session(
-    ctx: StepContext, spec: StepSpec, chat_id: str | None, cursor: int | None
+    ctx: StepContext,
+    spec: StepSpec,
+    chat_id: str | None,
+    cursor: int | None,
+    entry: JournalEntry | None,
 ) -> ChatSession:
     """The step's session: the workflow's chat options as they are, with the step's labels
-    (read by Coder only when this step creates the chat)."""
+    (read by Coder only when this step creates the chat), and its stops journaled before
+    they are sent (``entry``: the attempt's write-ahead, if its send was journaled)."""
     opts = ctx.options
     labels = chat_labels(ctx.workflow_id, ctx.step, opts.deployment, await ctx.store.store_id())
     return ChatSession(
@@ -459,7 +466,11 @@ async def _session(
         last_seen_message_id=cursor,
         options=opts.chat.labelled(labels),
         tools=_session_tools(ctx, spec),
-        hooks=SessionHooks(ctx.may_act, _teller(ctx) if opts.story else None),
+        hooks=SessionHooks(
+            ctx.may_act,
+            _teller(ctx) if opts.story else None,
+            functools.partial(journal_stop, ctx, entry),
+        ),
     )
 
 
@@ -501,9 +512,12 @@ async def _after_failure(
     stopped_at = session.last_stop_at if session.last_stop == "unknown" else None
     try:
         if cut and isinstance(exc, CoderChatError) and exc.kind == "timeout":
-            await _journal_reason(ctx, chat_id, entry, "timeout", stopped_at)
+            await record_reason(ctx, chat_id, entry, "timeout", stopped_at)
         elif cut and isinstance(exc, TimeoutError | asyncio.CancelledError):
-            await _journal_reason(ctx, chat_id, entry, "abort", stopped_at)
+            await record_reason(ctx, chat_id, entry, "abort", stopped_at)
+        elif not cut and session.last_stop_at is not None:
+            # The stop's write-ahead stands, yet its interrupt cut nothing: clear it.
+            await record_reason(ctx, chat_id, entry, None, None)
         elif isinstance(exc, CoderApiError) and entry is not None and _send_refused(exc):
             # The server refused the send: nothing is in flight, so recovery need not
             # sleep out the commit horizon before sending again.
@@ -569,20 +583,6 @@ async def _journal_send(ctx: StepContext, chat_id: str, again: bool) -> JournalE
     await ctx.store.write_journal(ctx.fence, chat_id, entry)
     ctx.guard.confirm()  # a fenced write: the send right after needs no other check
     return entry
-
-
-async def _journal_reason(
-    ctx: StepContext,
-    chat_id: str,
-    entry: JournalEntry | None,
-    reason: RecoveryReason,
-    stopped_at: datetime | None,
-) -> None:
-    """Record why the attempt failed, so a later recovery pins ``cut_short`` (unless the
-    stop's outcome is unknown and Coder had finished the attempt before it was sent)."""
-    base = entry or JournalEntry(state="submitting", marker=ctx.marker, attempt=0, at=utcnow())
-    update = {"reason": reason, "stopped_at": stopped_at}
-    await ctx.store.write_journal(ctx.fence, chat_id, base.model_copy(update=update))
 
 
 async def _ledger_notes(ctx: StepContext, chat_id: str) -> list[str]:

@@ -24,7 +24,7 @@ from coder_chat.client.events import (
     WsEvent,
     WsRedial,
 )
-from coder_chat.client.turn import BeforeAction
+from coder_chat.client.turn import BeforeAction, BeforeInterrupt, no_check, no_record
 from coder_chat.simulator import Simulator
 
 #: Timers small enough that every window of the client takes milliseconds.
@@ -84,14 +84,15 @@ def session_for(
     *,
     client: ChatClient | None = None,
     on_transport_event: TransportCallback | None = None,
-    before_action: BeforeAction | None = None,
+    before_action: BeforeAction = no_check,
+    before_interrupt: BeforeInterrupt = no_record,
     **overrides: Any,
 ) -> ChatSession:
     """A session on the simulator with fast timers: ``overrides`` name its pointer (chat,
     cursor, tools) or its options' fields, and win over the fast timers."""
     pointer = {k: overrides.pop(k) for k in _POINTER if k in overrides}
     options = ChatOptions(**{**FAST, **overrides})
-    hooks = SessionHooks() if before_action is None else SessionHooks(before_action)
+    hooks = SessionHooks(before_action, before_interrupt=before_interrupt)
     if client is None:
         return ChatSession.connect(
             sim.base_url,

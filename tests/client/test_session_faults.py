@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -359,6 +360,37 @@ async def test_a_stop_whose_check_before_acting_fails_sends_nothing_and_says_so(
     assert session.chat_id is not None
     assert interrupts(sim, session.chat_id) == []
     assert session.last_stop == "undelivered" and session.last_stop_at is None
+
+
+async def test_a_stop_that_cannot_be_recorded_first_is_not_sent(sim: Simulator) -> None:
+    """A durable step journals a stop before its interrupt leaves (fleet lab 24/3). When
+    that record cannot be written, no interrupt is sent: the run goes on, and the
+    session says the stop was undelivered. When it can, it is written with the moment
+    the interrupt was sent, before it."""
+    recorded: list[tuple[str, datetime]] = []
+
+    async def store_out_of_reach(chat_id: str, at: datetime) -> None:
+        raise CoderError("the store is out of reach")
+
+    async def record(chat_id: str, at: datetime) -> None:
+        recorded.append((chat_id, at))
+
+    refused = session_for(sim, before_interrupt=store_out_of_reach)
+    with pytest.raises(TimeoutError):
+        await refused.generate("/sleep 5 slow", deadline=0.3)
+    await refused.aclose()
+    assert refused.chat_id is not None
+    assert interrupts(sim, refused.chat_id) == []
+    assert sim.chat(refused.chat_id).status == "running"  # left to whoever stops it
+    assert refused.last_stop == "undelivered" and refused.last_stop_at is None
+
+    recording = session_for(sim, before_interrupt=record)
+    with pytest.raises(TimeoutError):
+        await recording.generate("/sleep 5 slow", deadline=0.3)
+    await recording.aclose()
+    assert recording.chat_id is not None
+    assert interrupts(sim, recording.chat_id) == [("running", 200)]
+    assert recorded == [(recording.chat_id, recording.last_stop_at)]
 
 
 async def test_cancellation_reraises_and_interrupts(sim: Simulator) -> None:

@@ -9,6 +9,7 @@ once (the campaign's 20261312/4, where the step kept "charge failed" as its resu
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -16,12 +17,16 @@ import pytest
 from coder_chat import ChatClient
 from coder_chat.durable.context import StepContext, StepTools
 from coder_chat.durable.markers import step_marker
+from coder_chat.durable.postgres import PostgresStore
 from coder_chat.durable.reconcile import NOT_RUN
-from coder_chat.durable.records import JournalEntry, WorkflowState, utcnow
+from coder_chat.durable.records import Fence, JournalEntry, WorkflowState, utcnow
 from coder_chat.durable.sqlite import SqliteStore
-from coder_chat.durable.step import StepSpec, run_step
+from coder_chat.durable.step import StepResult, StepSpec, run_step
+from coder_chat.durable.store import DurableStore
 from coder_chat.durable.sweep import end_cancelled
 from coder_chat.simulator import Simulator
+from tests.durable.backends import Backend
+from tests.pgproxy import RoundTripProxy
 from tests.simulator.wire import Wire
 
 from .support import CHARGES, FAST, charge_card, step_chat
@@ -62,47 +67,103 @@ async def test_a_step_whose_calls_a_cancel_answered_not_run_goes_again_on_resume
     assert "receipt-1" in result.text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "open (fleet campaign 24/3): a run that stops its turn on a cancel while its store is "
-        "out of reach cannot journal the stop, and nothing else knows the attempt was cut; "
-        "the sweep cannot tell it from a crash (journaling every cancelled attempt as cut "
-        "resends finished ones: campaign 20261604/13). The fix to come: the run journals a "
-        "stop before it sends it, and sends none it could not journal."
-    ),
-)
-async def test_an_answer_a_cancel_cut_short_is_sent_again_on_resume(
+async def test_an_answer_the_cancels_stop_cut_short_is_sent_again_on_resume(
     sim: Simulator, store: SqliteStore
 ) -> None:
-    """The run was cancelled mid-turn and stopped it, but could not reach the store to say
-    so (fleet campaign 24/3: its store cut off at that moment). The resume must send the
-    step again, and never keep the empty answer the interrupt left as the step's result."""
+    """The run died mid-turn, its step's run still going; a person cancelled the
+    workflow, whose end stopped that run (cutting its answer short) and archived the
+    chat. Coder's history cannot tell a cut answer from a short one, so the stop was
+    journaled before it was sent, and the resume sends the step again, never keeping
+    what the interrupt left as the step's result."""
     tenant, wf = str(sim.organization_id), "wf-cancel-cut"
     tools = StepTools()
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, wf)
-        first = await run_step(
-            StepContext.fenced(client, store, fence, wf, 1, tools, FAST), StepSpec(prompt="plan it")
-        )
-        chat_id = first.chat_id
-        marker, prompt = step_marker(wf, 2), "think it over /sleep 5"
-        # Step 2 as the run sends it: journaled first, then sent; then the cancel's stop.
-        horizon = utcnow() + timedelta(seconds=10)
-        entry = JournalEntry(state="submitting", marker=marker, attempt=0, horizon=horizon)
-        await store.write_journal(fence, chat_id, entry)
-        await client.send_message(chat_id, f"{marker} {prompt}")
-        await sim.wait_for_status(chat_id, "running")
-        await client.interrupt_chat(chat_id)
-        await sim.wait_for_status(chat_id, "waiting")
+        chat_id = await _step_one_then_two_sent(sim, client, store, fence, wf)  # then it died
 
         workflow = await store.get_workflow(tenant, wf)
         assert workflow is not None
-        await end_cancelled(client, store, workflow, [], tools, FAST, print)
+        retired = await end_cancelled(client, store, workflow, [], tools, FAST, print)
+        assert [r.action for r in retired] == ["archived"]
+        assert sim.records.interrupts[0].status_before == "running"  # cut by the end
+        record = await store.get_chat(tenant, chat_id)
+        assert record is not None and record.journal is not None
+        assert (record.journal.reason, record.journal.stopped_at) == ("abort", None)
 
-        resumed = await store.begin_run(tenant, wf)
-        await client.update_chat(chat_id, archived=False)
-        again = StepContext.fenced(client, store, resumed, wf, 2, tools, FAST)
-        result = await run_step(again, StepSpec(prompt=prompt))
+        result = await _resume_step_two(client, store, tenant, wf, chat_id)
     assert result.verdict == "resubmitted", result
-    assert result.text == f'You said: "{marker} think it over"'
+    assert result.text == f'You said: "{step_marker(wf, 2)} think it over"'
+
+
+async def test_a_cancel_whose_stop_cannot_be_journaled_leaves_the_run_to_the_sweep(
+    sim: Simulator, pg: Backend
+) -> None:
+    """Fleet lab 24/3: the run is cancelled mid-turn while its store is out of reach.
+    Its interrupt, had it been sent, would have cut the answer with nothing left to say
+    so. It journals the stop first, cannot, and sends none: the turn goes on, and the
+    cancel's sweep, with the store back, stops it, journaling first. The resume sends the
+    step again."""
+    tenant, wf = str(sim.organization_id), "wf-cancel-cut-off"
+    tools = StepTools()
+    async with (
+        RoundTripProxy(pg.dsn) as proxy,
+        ChatClient(base_url=sim.base_url, token=sim.token) as client,
+    ):
+        direct = pg.open()
+        through_proxy = PostgresStore(proxy.dsn, schema=pg.location, min_size=1, max_size=1)
+        pg.stores.append(through_proxy)
+        fence = await through_proxy.begin_run(tenant, wf)
+        first = await run_step(
+            StepContext.fenced(client, through_proxy, fence, wf, 1, tools, FAST),
+            StepSpec(prompt="plan it"),
+        )
+        ctx = StepContext.fenced(client, through_proxy, fence, wf, 2, tools, FAST)
+        running = asyncio.create_task(run_step(ctx, StepSpec(prompt=SLOW)))
+        await sim.wait_for_status(first.chat_id, "running")
+        await proxy.cut()
+        ctx.guard.confirm()  # the fence was seen holding just now: the guard asks no store
+        running.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await running
+        assert sim.records.interrupts == []
+        assert sim.chat(first.chat_id).status == "running"
+        proxy.heal()
+
+        workflow = await direct.get_workflow(tenant, wf)
+        assert workflow is not None
+        await end_cancelled(client, direct, workflow, [], tools, FAST, print)
+        assert sim.records.interrupts[0].status_before == "running"  # cut by the end
+        result = await _resume_step_two(client, direct, tenant, wf, first.chat_id)
+    assert result.verdict == "resubmitted", result
+    assert result.text == f'You said: "{step_marker(wf, 2)} think it over"'
+
+
+#: Step 2's prompt: its answer comes after a while, long enough to be cut.
+SLOW = "think it over /sleep 3"
+
+
+async def _step_one_then_two_sent(
+    sim: Simulator, client: ChatClient, store: SqliteStore, fence: Fence, wf: str
+) -> str:
+    """Step 1 finished; step 2 journaled and sent, as its run does, and running."""
+    first = await run_step(
+        StepContext.fenced(client, store, fence, wf, 1, StepTools(), FAST),
+        StepSpec(prompt="plan it"),
+    )
+    marker = step_marker(wf, 2)
+    horizon = utcnow() + timedelta(seconds=10)
+    entry = JournalEntry(state="submitting", marker=marker, attempt=0, horizon=horizon)
+    await store.write_journal(fence, first.chat_id, entry)
+    await client.send_message(first.chat_id, f"{marker} {SLOW}")
+    await sim.wait_for_status(first.chat_id, "running")
+    return first.chat_id
+
+
+async def _resume_step_two(
+    client: ChatClient, store: DurableStore, tenant: str, wf: str, chat_id: str
+) -> StepResult:
+    """A resume: a new run takes the workflow, reopens its chat, runs step 2."""
+    resumed = await store.begin_run(tenant, wf)
+    await client.update_chat(chat_id, archived=False)
+    again = StepContext.fenced(client, store, resumed, wf, 2, StepTools(), FAST)
+    return await run_step(again, StepSpec(prompt=SLOW))
