@@ -1,7 +1,9 @@
-"""Retiring a chat whose workflow is over: answer its pause, stop its run, archive it.
+"""Retiring a chat whose workflow is over: drop its queue, answer its pause, stop its run,
+archive it.
 
 The workflow's own archive at its end, its failure hook and the orphan sweep all
-retire chats this one way. A pause is answered first, from the ledger
+retire chats this one way. Prompts still queued are dropped first: a dead run's next
+step, which answering the pause would start. A pause is answered next, from the ledger
 (:func:`.reconcile.answer_pause` in ``retire`` mode), because it may be the only
 pending record of an effect that ran; when a committing effect cannot be finished
 here (its tool is not available), the chat is left paused and reported, never
@@ -15,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..client.session import ChatSession, SessionHooks
+from ..errors import CoderApiError
 from .bounded import within
 from .context import StepContext
 from .markers import step_number
@@ -41,6 +44,8 @@ async def retire_chat(ctx: StepContext, chat_id: str) -> Retired:
     chat = await ctx.client.get_chat(chat_id)
     if chat.archived:
         return Retired(chat_id, "already archived")
+    if chat.status != "waiting":  # a waiting chat has run its queue
+        await _withdraw_queue(ctx, chat_id)
     detail = ""
     if chat.status == "requires_action":
         answer = await answer_pause(ctx, chat_id, "retire")
@@ -91,6 +96,23 @@ async def retire_as_journaled(
     else:
         report(f"Chat {chat_id} of workflow {fence.workflow_id} was left paused: {retired.detail}")
     return retired
+
+
+async def _withdraw_queue(ctx: StepContext, chat_id: str) -> None:
+    """Drop the prompts queued on the chat, before its pause is answered or its run stopped.
+
+    A run that died may leave its next step's prompt queued behind a pause (campaign
+    20261607/25: step 5 queued behind step 4's); answering the pause, or the run ending,
+    would start it, after a person's cancel, with nothing to read its answer. Gone
+    already (promoted, or withdrawn by someone else) is fine: 404 or 409.
+    """
+    for queued in (await ctx.client.get_messages(chat_id, limit=1)).queued_messages:
+        await ctx.may_act("withdraw")
+        try:
+            await ctx.client.delete_queued_message(chat_id, queued.id)
+        except CoderApiError as exc:
+            if exc.status not in (404, 409):
+                raise
 
 
 async def _stop_run(ctx: StepContext, chat_id: str) -> None:

@@ -67,6 +67,37 @@ async def test_a_step_whose_calls_a_cancel_answered_not_run_goes_again_on_resume
     assert "receipt-1" in result.text
 
 
+async def test_a_prompt_a_dead_run_left_queued_never_runs_after_the_cancel(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    """The run died with its next step's prompt queued behind a pause (campaign
+    20261607/25). The cancel answers the pause, which would start the queued prompt
+    with no one to read its answer: it drops the queue first."""
+    tenant, wf = str(sim.organization_id), "wf-cancel-queued"
+    CHARGES.clear()
+    tools = StepTools.build([charge_card])
+    async with (
+        Wire(sim) as wire,
+        ChatClient(base_url=sim.base_url, token=sim.token) as client,
+    ):
+        fence = await store.begin_run(tenant, wf)
+        ctx = StepContext.fenced(client, store, fence, wf, 1, tools, FAST)
+        chat_id = await step_chat(wire, ctx, tools, 'pay /tool charge_card {"amount_cents": 5}')
+        await store.save_checkpoint(fence, chat_id, None)
+        await sim.wait_for_status(chat_id, "requires_action")
+        sent = await client.send_message(chat_id, f"{step_marker(wf, 2)} and then this")
+        assert sent.queued  # the process dies here
+
+        workflow = await store.get_workflow(tenant, wf)
+        assert workflow is not None
+        retired = await end_cancelled(client, store, workflow, [], tools, FAST, print)
+        assert [r.action for r in retired] == ["archived"]
+        page = await client.get_messages(chat_id)
+    assert page.queued_messages == []
+    assert not any(step_marker(wf, 2) in m.text() for m in page.messages)
+    assert CHARGES == []
+
+
 async def test_an_answer_the_cancels_stop_cut_short_is_sent_again_on_resume(
     sim: Simulator, store: SqliteStore
 ) -> None:
