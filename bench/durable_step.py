@@ -31,6 +31,11 @@ admin routes are not counted); commits per step from the shared store's
 ``commits``, and of those the ones flushed to disk before returning (``flushes``); CPU per step is this process's CPU time (every thread: Prefect ships
 logs and events from background threads) over a variant's rounds. Last, the
 pieces ``run_turn``'s body adds to ``run_step`` are timed one by one.
+
+The flow runs on a CPU of its own and the processes the benchmark started (Prefect's
+server, the simulator) on the others (``--no-pin``: every process on every CPU): what a
+step costs is the worker's time, and the server recording one variant's logs would
+otherwise take turns with the next variant being measured.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from prefect.states import Completed
 from pydantic import BaseModel, SecretStr
 
 from bench._common import Latency, drop_schema, latency, load, prefect_api, requests_served
+from bench._procmem import apart_from_helpers
 from bench._simproc import SimProcess, simulator_process
 from coder_chat import ChatClient, ChatSession
 from coder_chat.client.events import HttpResponse, TransportEvent, WsEvent
@@ -487,6 +493,11 @@ def main() -> None:
         default=os.environ.get("PREFECT_CODER_BENCH_POSTGRES_DSN") or DEFAULT_DSN,
         help="the Postgres server of the Postgres ledger (a throwaway schema, dropped after)",
     )
+    parser.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="leave every process on every CPU (by default the flow runs on a CPU of its own)",
+    )
     args = parser.parse_args()
     schema = f"bench_{uuid.uuid4().hex[:12]}"
     print(f"durable step: {args.steps} steps per variant after {WARMUP} warm-up, in rounds of")
@@ -497,6 +508,7 @@ def main() -> None:
     try:
         with simulator_process() as sim, prefect_api() as tmp:
             setup = Setup.make(sim, str(tmp), args.dsn, schema, args.steps)
+            print(f"  {'not pinned' if args.no_pin else apart_from_helpers()}")
 
             @flow(name="durable-step-bench")
             async def bench() -> None:
