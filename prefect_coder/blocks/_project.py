@@ -29,10 +29,17 @@ class LogoUrl:
         parts = urlsplit(served)
         if parts.scheme in ("http", "https") and parts.netloc:
             return served
-        # Prefect would refuse the block type, and so every save of a block: say so, go on.
-        logging.getLogger("prefect_coder.blocks").warning(
-            "%s=%r is not an http(s) address; the blocks keep the hosted logo",
-            LOGO_URL_VARIABLE,
-            served,
-        )
+        # Prefect would refuse the block type, and so every save of a block: say so (once
+        # per value: every save reads it again), go on.
+        if served not in _REFUSED:
+            _REFUSED.add(served)
+            logging.getLogger("prefect_coder.blocks").warning(
+                "%s=%r is not an http(s) address; the blocks keep the hosted logo",
+                LOGO_URL_VARIABLE,
+                served,
+            )
         return HOSTED_LOGO_URL
+
+
+#: The refused values of ``PREFECT_CODER_LOGO_URL`` already warned about.
+_REFUSED: set[str] = set()

@@ -76,11 +76,15 @@ def test_a_logo_address_prefect_would_refuse_keeps_the_hosted_one(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Prefect takes only an http(s) address: a path would make every save of a block fail."""
-    monkeypatch.setenv("PREFECT_CODER_LOGO_URL", "/static/logo.png")
+    monkeypatch.setenv("PREFECT_CODER_LOGO_URL", "/static/logo-refused.png")
     with caplog.at_level(logging.WARNING, logger="prefect_coder.blocks"):
         logo = str(CoderCredentials._to_block_type().logo_url)
+        for block in ALL_BLOCKS:  # every save registers its type again: no warning again
+            block._to_block_type()
     assert logo.endswith(f"/raw/main/{LOGO.relative_to(ROOT)}"), logo
-    assert "'/static/logo.png' is not an http(s) address" in caplog.text
+    warned = [r for r in caplog.records if "is not an http(s) address" in r.getMessage()]
+    assert len(warned) == 1, caplog.text
+    assert "'/static/logo-refused.png' is not an http(s) address" in caplog.text
 
 
 def test_slugs_are_prefixed_and_stable() -> None:
