@@ -25,6 +25,8 @@ from datetime import datetime
 
 from prefect.client.schemas.objects import FlowRun, StateType
 
+from prefect_coder.tasks.lost_runs import replaces_tag
+
 from .evidence import Evidence
 from .people import PersonRecord
 from .plan import CHANGED
@@ -88,12 +90,29 @@ def _relaunched(ev: Evidence, record: PersonRecord, cancelled: datetime) -> list
         if acted < made and (until is None or made < until):
             problems.append(f"run {other.name} of it was made after the cancel, before the resume")
     later = [t for t in epochs(ev.writes, wf) if t.at > cancelled]
-    if later and later[0].flow_run_id != record.resumed_run:
+    if later and later[0].flow_run_id not in _the_resume(ev, wf, record.resumed_run):
         problems.append(
             f"epoch {later[0].epoch} was taken after the cancel by run "
             f"{ev.run_name(later[0].flow_run_id)}, not by the resume"
         )
     return problems
+
+
+def _the_resume(ev: Evidence, wf: str, resumed_run: str | None) -> set[str]:
+    """The resume's run, and the relaunches of it (fleet 25/7: the resume lost the store
+    before it began the workflow, and the sweep launched it again, tagged as its
+    replacement): each carries out the person's resume."""
+    resume = {resumed_run} if resumed_run else set()
+    grew = True
+    while grew:
+        relaunches = {
+            str(run.id)
+            for run in ev.runs[wf]
+            if any(replaces_tag(r) in (run.tags or []) for r in resume)
+        }
+        grew = not relaunches <= resume
+        resume |= relaunches
+    return resume
 
 
 def _landed(ev: Evidence, wf: str, cancelled: datetime) -> list[str]:

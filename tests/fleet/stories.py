@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
 from prefect.client.schemas.objects import FlowRun, State
@@ -48,10 +49,14 @@ def send(seconds: float, run: str, src: str) -> Request:
     return Request(at(seconds), src, "POST", path, run, src.split(":")[0])
 
 
-def flow_run(run_id: str, name: str, state: State, made: float | None = None) -> FlowRun:
+def flow_run(
+    run_id: str, name: str, state: State, made: float | None = None, tags: Sequence[str] = ()
+) -> FlowRun:
     """A flow run in ``state``; ``made``: when it was created (and started a second later)."""
     times = {} if made is None else {"created": at(made), "start_time": at(made + 1)}
-    return FlowRun(id=uuid.UUID(run_id), name=name, flow_id=uuid.uuid4(), state=state, **times)
+    return FlowRun(
+        id=uuid.UUID(run_id), name=name, flow_id=uuid.uuid4(), state=state, tags=list(tags), **times
+    )
 
 
 def stored_state(seconds: float, epoch: int, src: str, state: str) -> Write:

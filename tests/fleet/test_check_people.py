@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from prefect.client.schemas.objects import State, StateType
 
 from coder_chat.durable.markers import LABEL_WORKFLOW
+from prefect_coder.tasks.lost_runs import replaces_tag
 from tests.lab.steps import Step
 
 from .check_fencing import check_fencing
@@ -52,6 +53,7 @@ REFUSED = State(
     message="Flow run encountered an exception: PromptChanged: step 1 of workflow 'wf'",
 )
 WHEN = Moment("step", 0.0, WF, 1)
+DONE = State(type=StateType.COMPLETED)
 
 
 def cancelled_by_a_person() -> PersonRecord:
@@ -130,6 +132,29 @@ def test_a_relaunch_after_the_cancel_is_caught() -> None:
     ev.runs[WF][1] = flow_run(RUN_C, "crafty-otter", REFUSED, made=15)
     [made] = check_people(ev).violations
     assert "run crafty-otter of it was made after the cancel, before the resume" in made.detail
+
+
+def test_a_relaunch_of_the_resume_carries_the_resume_out() -> None:
+    """Fleet 25/7: the resume's run lost the store before it began the workflow; the
+    sweep launched it again (tagged as its replacement), and that run took the epoch.
+    It is the person's resume, carried out; any other run taking it is still caught."""
+    lost = State(type=StateType.CRASHED, name="Crashed", message="Lost the durable store")
+    writes = sorted(
+        [
+            begin_run(0, RUN_A, SRC_A),
+            begin_run(10, RUN_A, SWEEP),
+            stored_state(12, 2, SWEEP, "cancelled"),
+            begin_run(40, RUN_C, SRC_C),
+        ],
+        key=lambda w: w.committed,
+    )
+    ev = story([cancelled_by_a_person()], writes)
+    ev.runs[WF][1] = flow_run(RUN_C, "wf · resumed (relaunched)", DONE, 35, [replaces_tag(RUN_B)])
+    ev.runs[WF][2] = flow_run(RUN_B, "wf · resumed", lost, made=29)
+    assert check_people(ev).violations == []
+    ev.runs[WF][1] = flow_run(RUN_C, "wf · resumed (relaunched)", DONE, 35, [replaces_tag(RUN_A)])
+    [violation] = check_people(ev).violations
+    assert "epoch 3 was taken after the cancel by run wf · resumed (relaunched)" in violation.detail
 
 
 def test_a_cancelled_run_that_completed_and_an_unarchived_chat_are_caught() -> None:
