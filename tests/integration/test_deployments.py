@@ -38,6 +38,8 @@ from prefect.client.orchestration import PrefectClient, get_client
 from prefect.client.schemas.filters import (
     ArtifactFilter,
     ArtifactFilterKey,
+    DeploymentFilter,
+    DeploymentFilterId,
     FlowRunFilter,
     FlowRunFilterId,
     FlowRunFilterTags,
@@ -378,7 +380,8 @@ async def start_a_live_workflow(scene: Scene, second: Proc) -> Live:
 
 async def sweep_once(scene: Scene, crashed: Crashed, live: Live, second: Proc) -> FlowRun:
     """5. The sweep, with short budgets, once the crashed workflow's heartbeat is stale:
-    it keeps the live chat and relaunches the crashed workflow."""
+    it keeps the live chat and relaunches the crashed workflow (the pass the test starts,
+    or one the crash's events started first, which the test's pass then leaves be)."""
     client = scene.client
 
     async def crashed_is_stale() -> bool:
@@ -402,10 +405,18 @@ async def sweep_once(scene: Scene, crashed: Crashed, live: Live, second: Proc) -
     assert swept.state is not None and swept.state.type == StateType.COMPLETED, swept.state
 
     async def sweep_saw_live() -> list[str] | None:
-        lines = await flow_run_logs(client, sweep_run.id)
+        # Any pass: the crash's own events may have started one first, and then the
+        # test's pass found it going and did nothing.
+        passes = await client.read_flow_runs(
+            deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=[scene.sweep.id]))
+        )
         kept = f"kept: owned by the checkpoint of workflow {live.workflow_id}"
-        found = [line for line in lines if str(live.chat.id) in line and kept in line]
-        return found or None
+        for sweep_pass in passes:
+            lines = await flow_run_logs(client, sweep_pass.id)
+            found = [line for line in lines if str(live.chat.id) in line and kept in line]
+            if found:
+                return found
+        return None
 
     await until(sweep_saw_live, "the sweep's log of the live chat", 60, [second])
 
