@@ -14,9 +14,10 @@ later (the step's recovery, the workflow's end, a cancel's sweep) journals first
 This closes fleet lab finding 16 (24/3): a cancel's interrupt landed while the store
 was out of reach, the journal never learnt of it, and the resume kept the cut answer.
 
-Only a context that holds the workflow's own fence journals (a run, its recovery, its
-end, :func:`.sweep.end_cancelled`); the orphan sweep acts under its own fence on chats
-whose workflows are over.
+Only a context that holds the workflow's own fence journals: a run, its recovery, its
+end, :func:`.sweep.end_cancelled`, and the sweep stopping a stuck turn (fenced at the
+epoch the store holds for the workflow, so a run that took it since refuses the stop).
+The sweep retiring chats whose workflows are over journals nothing.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ sweep widens the plain fleet sweep as the reference says:
   answered from the ledger first and never interrupted away while an effect is
   in flight);
 * a checkpointed chat ``running``/``interrupting`` for longer than ``stuck_after``
-  is interrupted and reported;
+  is interrupted and reported, the stop journaled for its workflow first (:mod:`.stops`);
 * a workflow the store holds as running with a stale heartbeat is reported as
   stranded, for the Prefect layer to relaunch.
 
@@ -35,7 +35,7 @@ from ..errors import CoderError
 from ..protocol.models import Chat
 from .context import DurableOptions, StepContext, StepTools
 from .fence import FenceGuard
-from .markers import LABEL_STEP, LABEL_WORKFLOW, owner_labels
+from .markers import LABEL_STEP, LABEL_WORKFLOW, owner_labels, step_number
 from .reconcile import interrupt_quietly
 from .records import Fence, WorkflowRecord, WorkflowState, utcnow
 from .retire import Retired, retire_as_journaled, retire_chat
@@ -93,7 +93,9 @@ class _Pass:
     tools: StepTools
     guard: FenceGuard | None = None
 
-    async def act(self, chat: Chat, finding: ChatFinding) -> ChatFinding:
+    async def act(
+        self, chat: Chat, finding: ChatFinding, owner: WorkflowRecord | None = None
+    ) -> ChatFinding:
         if self.guard is None:
             fence = await self.store.begin_run(
                 self.tenant,
@@ -101,13 +103,16 @@ class _Pass:
                 deployment=self.policy.deployment,
             )
             self.guard = FenceGuard(self.store, fence)
-        workflow_id = chat.labels.get(LABEL_WORKFLOW, "")
+        guard, workflow_id = self.guard, chat.labels.get(LABEL_WORKFLOW, "")
         step, options = _step_label(chat), self.policy.options
-        ctx = StepContext(self.client, self.guard, workflow_id, step, self.tools, options)
+        ctx = StepContext(self.client, guard, workflow_id, step, self.tools, options)
         try:
             if finding.action == "interrupt":
+                # A stuck turn is found on its owner's checkpoint (see _classify).
+                assert owner is not None, finding
+                await guard("interrupt")  # this pass still holds the sweep
                 async with asyncio.timeout(self.policy.options.chat.interrupt_timeout):
-                    await interrupt_quietly(ctx, chat.id)
+                    await interrupt_quietly(await self._owners_step(chat, owner), chat.id)
                 finding.action = "interrupted"
                 return finding
             retired = await retire_chat(ctx, chat.id)
@@ -119,6 +124,18 @@ class _Pass:
         if retired.detail:
             finding.reason += f"; {retired.detail}"
         return finding
+
+    async def _owners_step(self, chat: Chat, owner: WorkflowRecord) -> StepContext:
+        """The step of ``owner``'s run whose attempt a stuck turn is, fenced at the epoch
+        the store holds for it: its stop is journaled as that run's own would be
+        (:mod:`.stops`), and a run that took the workflow since refuses it (FencedOut)."""
+        record = await self.store.get_chat(self.tenant, chat.id)
+        journaled = record.journal.marker if record and record.journal else ""
+        step = step_number(journaled) or _step_label(chat)
+        fence = Fence(tenant=self.tenant, workflow_id=owner.workflow_id, epoch=owner.epoch)
+        return StepContext.fenced(
+            self.client, self.store, fence, owner.workflow_id, step, self.tools, self.policy.options
+        )
 
 
 async def sweep(
@@ -151,7 +168,7 @@ async def sweep(
             if policy.dry_run:
                 finding.action = f"would {finding.action}"
             else:
-                finding = await sweep_pass.act(chat, finding)
+                finding = await sweep_pass.act(chat, finding, owners.get(chat.id))
         report(f"Chat {chat.id} ({chat.status}) {finding.action}: {finding.reason}.")
         result.findings.append(finding)
     if sweep_pass.guard is not None and fence is None:

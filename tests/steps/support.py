@@ -4,15 +4,21 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from coder_chat import ChatClient
 from coder_chat.client.options import ChatOptions
 from coder_chat.durable.context import DurableOptions, StepContext, StepTools
-from coder_chat.durable.markers import chat_labels
+from coder_chat.durable.markers import chat_labels, step_marker
+from coder_chat.durable.records import Fence, JournalEntry, utcnow
 from coder_chat.durable.sqlite import SqliteStore
+from coder_chat.durable.step import StepResult, StepSpec, run_step
+from coder_chat.durable.store import DurableStore
 from coder_chat.durable.tools import durable_tool
+from coder_chat.simulator import Simulator
 from tests.simulator.wire import Wire
 
 CHARGES: list[tuple[int, str]] = []
@@ -49,3 +55,36 @@ async def step_chat(wire: Wire, ctx: StepContext, tools: StepTools, prompt: str)
         f"{ctx.marker} {prompt}", labels=labels, unsafe_dynamic_tools=declared
     )
     return str(created["id"])
+
+
+#: Step 2's prompt: its answer comes after a while, long enough to be cut.
+SLOW = "think it over /sleep 3"
+
+
+async def step_one_then_two_sent(
+    sim: Simulator, client: ChatClient, store: SqliteStore, fence: Fence, wf: str
+) -> str:
+    """Step 1 finished; step 2 journaled and sent, as its run does, and running."""
+    first = await run_step(
+        StepContext.fenced(client, store, fence, wf, 1, StepTools(), FAST),
+        StepSpec(prompt="plan it"),
+    )
+    marker = step_marker(wf, 2)
+    horizon = utcnow() + timedelta(seconds=10)
+    entry = JournalEntry(state="submitting", marker=marker, attempt=0, horizon=horizon)
+    await store.write_journal(fence, first.chat_id, entry)
+    await client.send_message(first.chat_id, f"{marker} {SLOW}")
+    await sim.wait_for_status(first.chat_id, "running")
+    return first.chat_id
+
+
+async def step_two_again(
+    client: ChatClient, store: DurableStore, tenant: str, wf: str, chat_id: str
+) -> StepResult:
+    """A resume or a relaunch: a new run takes the workflow, reopens its chat (when
+    archived), runs step 2."""
+    resumed = await store.begin_run(tenant, wf)
+    if (await client.get_chat(chat_id)).archived:
+        await client.update_chat(chat_id, archived=False)
+    again = StepContext.fenced(client, store, resumed, wf, 2, StepTools(), FAST)
+    return await run_step(again, StepSpec(prompt=SLOW))

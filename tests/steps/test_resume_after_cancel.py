@@ -10,7 +10,6 @@ once (the campaign's 20261312/4, where the step kept "charge failed" as its resu
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
 
 import pytest
 
@@ -19,17 +18,24 @@ from coder_chat.durable.context import StepContext, StepTools
 from coder_chat.durable.markers import step_marker
 from coder_chat.durable.postgres import PostgresStore
 from coder_chat.durable.reconcile import NOT_RUN
-from coder_chat.durable.records import Fence, JournalEntry, WorkflowState, utcnow
+from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
-from coder_chat.durable.step import StepResult, StepSpec, run_step
-from coder_chat.durable.store import DurableStore
+from coder_chat.durable.step import StepSpec, run_step
 from coder_chat.durable.sweep import end_cancelled
 from coder_chat.simulator import Simulator
 from tests.durable.backends import Backend
 from tests.pgproxy import RoundTripProxy
 from tests.simulator.wire import Wire
 
-from .support import CHARGES, FAST, charge_card, step_chat
+from .support import (
+    CHARGES,
+    FAST,
+    SLOW,
+    charge_card,
+    step_chat,
+    step_one_then_two_sent,
+    step_two_again,
+)
 
 
 async def test_a_step_whose_calls_a_cancel_answered_not_run_goes_again_on_resume(
@@ -110,7 +116,7 @@ async def test_an_answer_the_cancels_stop_cut_short_is_sent_again_on_resume(
     tools = StepTools()
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, wf)
-        chat_id = await _step_one_then_two_sent(sim, client, store, fence, wf)  # then it died
+        chat_id = await step_one_then_two_sent(sim, client, store, fence, wf)  # then it died
 
         workflow = await store.get_workflow(tenant, wf)
         assert workflow is not None
@@ -121,7 +127,7 @@ async def test_an_answer_the_cancels_stop_cut_short_is_sent_again_on_resume(
         assert record is not None and record.journal is not None
         assert (record.journal.reason, record.journal.stopped_at) == ("abort", None)
 
-        result = await _resume_step_two(client, store, tenant, wf, chat_id)
+        result = await step_two_again(client, store, tenant, wf, chat_id)
     assert result.verdict == "resubmitted", result
     assert result.text == f'You said: "{step_marker(wf, 2)} think it over"'
 
@@ -164,37 +170,6 @@ async def test_a_cancel_whose_stop_cannot_be_journaled_leaves_the_run_to_the_swe
         assert workflow is not None
         await end_cancelled(client, direct, workflow, [], tools, FAST, print)
         assert sim.records.interrupts[0].status_before == "running"  # cut by the end
-        result = await _resume_step_two(client, direct, tenant, wf, first.chat_id)
+        result = await step_two_again(client, direct, tenant, wf, first.chat_id)
     assert result.verdict == "resubmitted", result
     assert result.text == f'You said: "{step_marker(wf, 2)} think it over"'
-
-
-#: Step 2's prompt: its answer comes after a while, long enough to be cut.
-SLOW = "think it over /sleep 3"
-
-
-async def _step_one_then_two_sent(
-    sim: Simulator, client: ChatClient, store: SqliteStore, fence: Fence, wf: str
-) -> str:
-    """Step 1 finished; step 2 journaled and sent, as its run does, and running."""
-    first = await run_step(
-        StepContext.fenced(client, store, fence, wf, 1, StepTools(), FAST),
-        StepSpec(prompt="plan it"),
-    )
-    marker = step_marker(wf, 2)
-    horizon = utcnow() + timedelta(seconds=10)
-    entry = JournalEntry(state="submitting", marker=marker, attempt=0, horizon=horizon)
-    await store.write_journal(fence, first.chat_id, entry)
-    await client.send_message(first.chat_id, f"{marker} {SLOW}")
-    await sim.wait_for_status(first.chat_id, "running")
-    return first.chat_id
-
-
-async def _resume_step_two(
-    client: ChatClient, store: DurableStore, tenant: str, wf: str, chat_id: str
-) -> StepResult:
-    """A resume: a new run takes the workflow, reopens its chat, runs step 2."""
-    resumed = await store.begin_run(tenant, wf)
-    await client.update_chat(chat_id, archived=False)
-    again = StepContext.fenced(client, store, resumed, wf, 2, StepTools(), FAST)
-    return await run_step(again, StepSpec(prompt=SLOW))
