@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from coder_chat.client.events import TransportEvent, WsOpen
+from coder_chat.client.session import ChatSession
 from coder_chat.errors import CoderApiError, CoderChatError, CoderError, CoderStreamError
 from coder_chat.simulator import Simulator
 
@@ -353,12 +354,18 @@ async def test_a_stop_whose_check_before_acting_fails_sends_nothing_and_says_so(
         if action == "interrupt":
             raise CoderError("the store is out of reach")
 
-    session = session_for(sim, before_action=store_out_of_reach)
+    await stopped_unsent(sim, session_for(sim, before_action=store_out_of_reach))
+
+
+async def stopped_unsent(sim: Simulator, session: ChatSession) -> None:
+    """A slow turn's deadline passes, and a check before its interrupt refuses it: no
+    interrupt left, and the session says the stop was undelivered."""
     with pytest.raises(TimeoutError):
         await session.generate("/sleep 5 slow", deadline=0.3)
     await session.aclose()
     assert session.chat_id is not None
     assert interrupts(sim, session.chat_id) == []
+    assert sim.chat(session.chat_id).status == "running"  # left to whoever stops it
     assert session.last_stop == "undelivered" and session.last_stop_at is None
 
 
@@ -375,14 +382,7 @@ async def test_a_stop_that_cannot_be_recorded_first_is_not_sent(sim: Simulator) 
     async def record(chat_id: str, at: datetime) -> None:
         recorded.append((chat_id, at))
 
-    refused = session_for(sim, before_interrupt=store_out_of_reach)
-    with pytest.raises(TimeoutError):
-        await refused.generate("/sleep 5 slow", deadline=0.3)
-    await refused.aclose()
-    assert refused.chat_id is not None
-    assert interrupts(sim, refused.chat_id) == []
-    assert sim.chat(refused.chat_id).status == "running"  # left to whoever stops it
-    assert refused.last_stop == "undelivered" and refused.last_stop_at is None
+    await stopped_unsent(sim, session_for(sim, before_interrupt=store_out_of_reach))
 
     recording = session_for(sim, before_interrupt=record)
     with pytest.raises(TimeoutError):

@@ -57,6 +57,15 @@ async def step_chat(wire: Wire, ctx: StepContext, tools: StepTools, prompt: str)
     return str(created["id"])
 
 
+async def paused_step_one(sim: Simulator, wire: Wire, ctx: StepContext, prompt: str) -> str:
+    """Step 1's chat, checkpointed and paused on its client tools, as a run that died
+    there leaves it (``prompt`` calls them)."""
+    chat_id = await step_chat(wire, ctx, ctx.tools, prompt)
+    await ctx.store.save_checkpoint(ctx.fence, chat_id, None)
+    await sim.wait_for_status(chat_id, "requires_action")
+    return chat_id
+
+
 #: Step 2's prompt: its answer comes after a while, long enough to be cut.
 SLOW = "think it over /sleep 3"
 

@@ -32,7 +32,7 @@ from .support import (
     FAST,
     SLOW,
     charge_card,
-    step_chat,
+    paused_step_one,
     step_one_then_two_sent,
     step_two_again,
 )
@@ -50,10 +50,10 @@ async def test_a_step_whose_calls_a_cancel_answered_not_run_goes_again_on_resume
         ChatClient(base_url=sim.base_url, token=sim.token) as client,
     ):
         fence = await store.begin_run(tenant, wf)
-        ctx = StepContext.fenced(client, store, fence, wf, 1, tools, FAST)
-        chat_id = await step_chat(wire, ctx, tools, prompt)
-        await store.save_checkpoint(fence, chat_id, None)
-        await sim.wait_for_status(chat_id, "requires_action")  # the process dies here
+        chat_id = await paused_step_one(
+            sim, wire, StepContext.fenced(client, store, fence, wf, 1, tools, FAST), prompt
+        )
+        # the process dies here
 
         workflow = await store.get_workflow(tenant, wf)
         assert workflow is not None
@@ -88,9 +88,7 @@ async def test_a_prompt_a_dead_run_left_queued_never_runs_after_the_cancel(
     ):
         fence = await store.begin_run(tenant, wf)
         ctx = StepContext.fenced(client, store, fence, wf, 1, tools, FAST)
-        chat_id = await step_chat(wire, ctx, tools, 'pay /tool charge_card {"amount_cents": 5}')
-        await store.save_checkpoint(fence, chat_id, None)
-        await sim.wait_for_status(chat_id, "requires_action")
+        chat_id = await paused_step_one(sim, wire, ctx, 'pay /tool charge_card {"amount_cents": 5}')
         sent = await client.send_message(chat_id, f"{step_marker(wf, 2)} and then this")
         assert sent.queued  # the process dies here
 
