@@ -57,6 +57,9 @@ class SimulatorConfig:
     recall_timed_out_tools: bool = True
     #: Maximum queued prompts per chat (429 beyond).
     max_queue: int = 20
+    #: A price per token, in millionths of a dollar: when set, each assistant message's
+    #: usage carries ``total_cost_micros`` (a server that reports cost); 0 reports none.
+    cost_micros_per_token: int = 0
     era_b: EraB = field(default_factory=EraB)
 
     def update(self, changes: dict[str, Any]) -> None:

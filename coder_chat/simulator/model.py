@@ -16,6 +16,7 @@ from .directives import DirectiveError, Script, ToolCall, parse
 from .engine import TIMED_OUT, Engine, Run, ToolOutcome
 from .records import Effect
 from .state import JSON, PendingCall
+from .usage import step_usage
 
 STRUCTURED_OUTPUT = "structured_output"
 #: With no pacing, the model yields to the event loop once per this many deltas,
@@ -91,12 +92,7 @@ async def _answer(
     text = _compose(script, outcomes, ran)
     count = script.deltas or engine.config.default_deltas
     await _stream_text(engine, run, text, count)
-    engine.append(
-        run.chat,
-        "assistant",
-        [{"type": "text", "text": _padded(text, count)}],
-        usage=_usage(run.prompt, text),
-    )
+    _commit_step(engine, run, [{"type": "text", "text": _padded(text, count)}])
     engine.publish(run.chat)
     await _pause(run, 0)
     engine.finish_turn(run.chat)
@@ -152,20 +148,13 @@ async def _server_tool(engine: Engine, run: Run, call: ToolCall) -> None:
     narration = f"Calling {call.name}."
     await _stream_text(engine, run, narration, 1)
     call_id = _call_id("srv")
-    engine.append(
-        chat,
-        "assistant",
-        [
-            {"type": "text", "text": narration},
-            {
-                "type": "tool-call",
-                "tool_call_id": call_id,
-                "tool_name": call.name,
-                "args": call.args,
-            },
-        ],
-        usage=_usage(run.prompt, narration),
-    )
+    call_part = {
+        "type": "tool-call",
+        "tool_call_id": call_id,
+        "tool_name": call.name,
+        "args": call.args,
+    }
+    _commit_step(engine, run, [{"type": "text", "text": narration}, call_part])
     engine.publish(chat)
     engine.records.effects.append(Effect(chat.id, call_id, call.name, call.args))
     result = {"ok": True, "tool": call.name, "effect": len(engine.records.effects)}
@@ -205,9 +194,9 @@ async def _one_client_step(engine: Engine, run: Run, calls: list[ToolCall]) -> l
     chat = run.chat
     pending = [PendingCall(_call_id("call"), c.name, c.args) for c in calls]
     await _pause(run, engine.config.step_delay)
-    engine.append(
-        chat,
-        "assistant",
+    _commit_step(
+        engine,
+        run,
         [
             {
                 "type": "tool-call",
@@ -217,7 +206,6 @@ async def _one_client_step(engine: Engine, run: Run, calls: list[ToolCall]) -> l
             }
             for p in pending
         ],
-        usage=_usage(run.prompt, ""),
     )
     engine.publish(chat)
     answer = engine.enter_requires_action(run, pending)
@@ -253,12 +241,7 @@ async def _wind_down(engine: Engine, run: Run) -> None:
     chat = run.chat
     partial = "".join(d["part"].get("text", "") for d in chat.deltas)
     if partial:
-        engine.append(
-            chat,
-            "assistant",
-            [{"type": "text", "text": partial}],
-            usage=_usage(run.prompt, partial),
-        )
+        _commit_step(engine, run, [{"type": "text", "text": partial}])
     engine.finish_turn(chat)
 
 
@@ -282,13 +265,10 @@ def _failure(mode: str) -> JSON:
     }
 
 
-def _usage(prompt: str, text: str) -> JSON:
-    input_tokens, output_tokens = len(prompt.split()) + 10, len(text.split())
-    return {
-        "input_tokens": input_tokens,
-        "output_tokens": output_tokens,
-        "total_tokens": input_tokens + output_tokens,
-    }
+def _commit_step(engine: Engine, run: Run, content: list[JSON]) -> None:
+    """Commit one model step's assistant message, with the usage Coder reports for it."""
+    usage = step_usage(run.chat, content, engine.config.cost_micros_per_token)
+    engine.append(run.chat, "assistant", content, usage=usage)
 
 
 def _call_id(prefix: str) -> str:
