@@ -27,6 +27,7 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from ..errors import CoderApiError, CoderConfigError, CoderError
+from ..protocol.models import Usage
 from .events import TransportCallback
 from .options import ChatOptions
 from .rest import ChatClient
@@ -90,6 +91,10 @@ class ChatSession:
         self.last_stop: StopOutcome | None = None
         #: When that stop's interrupt was sent (this machine's clock), if it was.
         self.last_stop_at: datetime | None = None
+        #: The usage of every assistant message the session's turns read in the chat's
+        #: history past their cursor (their own, and anything else that ran there), by
+        #: message id: what that stretch of the chat consumed, each message once.
+        self.seen_usage: dict[int, Usage | None] = {}
 
     @classmethod
     def connect(

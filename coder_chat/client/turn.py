@@ -110,6 +110,7 @@ class Turn:
         finally:
             self.remember_cursor()
             if self.stream is not None:
+                self.session.seen_usage.update(self.stream.ledger.usage)
                 await self.stream.aclose()
 
     async def segment(self, submit: Callable[[], Awaitable[None]]) -> None:

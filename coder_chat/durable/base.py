@@ -200,7 +200,11 @@ def parse_row(model: type[M], body: Any, table: str) -> M:
 
 
 def step_view_of(
-    step_body: Any, workflow_body: Any, chat_body: Any, previous_chat_id: str | None
+    step_body: Any,
+    workflow_body: Any,
+    chat_body: Any,
+    previous_chat_id: str | None,
+    previous_cursor: int | None,
 ) -> StepView:
     """A :class:`StepView` from the stored bodies a backend read in one statement."""
     chat = None if chat_body is None else parse_row(ChatRecord, chat_body, "chats")
@@ -211,6 +215,7 @@ def step_view_of(
         ),
         journal=chat.journal if chat else None,
         previous_chat_id=previous_chat_id,
+        previous_cursor=previous_cursor,
     )
 
 
@@ -407,7 +412,7 @@ class DurableStore(ABC):
           checkpoint (``chat_id``, ``last_seen_message_id``);
         - ``journal``: the latest :class:`JournalEntry` of the checkpointed chat;
         - ``previous_chat_id``: the chat on which step ``step - 1`` finished (None for
-          step 1).
+          step 1), and ``previous_cursor``, where that step's stretch of it ended.
         """
         return await self._read("get_step_view", lambda tx: tx.step_view(tenant, workflow_id, step))
 

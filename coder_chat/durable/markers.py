@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ..client.rest import ChatClient
 from ..protocol.models import ChatMessage
+from ..protocol.usage import UsageTotals
 
 LABEL_WORKFLOW = "prefect-coder/workflow"
 LABEL_STEP = "prefect-coder/step"
@@ -94,14 +95,29 @@ class StepHistory:
         following = next((i for i, m in enumerate(after) if m.role == "user"), len(after))
         return after[:following]
 
+    @property
+    def last_id(self) -> int | None:
+        """The newest message read, if any."""
+        return self.messages[-1].id if self.messages else None
+
+    def usage(self, after: int, upto: int | None) -> UsageTotals:
+        """What the assistant messages read with ids in ``(after, upto]`` consumed."""
+        top = upto if upto is not None else self.last_id or 0
+        return UsageTotals.of(
+            m.usage for m in self.messages if m.role == "assistant" and after < m.id <= top
+        )
+
     def followed(self, prompt: ChatMessage) -> bool:
         """Did another prompt land after ``prompt``? Coder ran ``prompt``'s turn to its
         end before starting that one's, so the attempt read is whole."""
         return any(m.role == "user" and m.id > prompt.id for m in self.messages)
 
 
-async def read_tail(client: ChatClient, chat_id: str, marker: str) -> StepHistory:
-    """Page newest-first until the step's last prompt is in hand, or history ends.
+async def read_tail(
+    client: ChatClient, chat_id: str, marker: str, since: int | None = None
+) -> StepHistory:
+    """Page newest-first until the step's last prompt is in hand, or history ends; and,
+    given ``since``, until the messages after that id are all in hand too (0: all).
 
     "Never submitted" must never be concluded from a truncated read, so this keeps
     paging however long the turn was; and past an earlier step's prompt, which may
@@ -109,10 +125,13 @@ async def read_tail(client: ChatClient, chat_id: str, marker: str) -> StepHistor
     """
     fetched: list[ChatMessage] = []
     before: int | None = None
+    found = False
     while True:
         page = await client.get_messages(chat_id, before_id=before, limit=PAGE)
         fetched.extend(page.messages)
-        if not page.has_more or not page.messages or any(marked(m, marker) for m in page.messages):
+        found = found or any(marked(m, marker) for m in page.messages)
+        reached = since is None or any(m.id <= since for m in page.messages)
+        if not page.has_more or not page.messages or (found and reached):
             break
         before = min(m.id for m in page.messages)
     return StepHistory(marker, sorted(fetched, key=lambda m: m.id))

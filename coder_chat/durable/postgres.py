@@ -142,6 +142,9 @@ INSERT INTO {s}.meta (key, value) VALUES ('store_id', replace(gen_random_uuid():
     # keeps its patch decisions in its JSON body; version 4 code would report either as
     # malformed.
     5: "",
+    # No table changes: a finished step keeps what it consumed (its usage) in its JSON
+    # body, which version 5 code would report as malformed.
+    6: "",
 }
 assert max(MIGRATIONS) == SCHEMA_VERSION, "every schema version needs its migration"
 
@@ -812,7 +815,13 @@ class _PgTransaction:
     async def step_view(self, tenant: str, workflow_id: str, step: int) -> StepView:
         row = await self._row(self._sql.step_view, tenant, workflow_id, step)
         assert row is not None  # one row, whatever exists
-        return step_view_of(row["step"], row["workflow"], row["chat"], row["previous_chat_id"])
+        return step_view_of(
+            row["step"],
+            row["workflow"],
+            row["chat"],
+            row["previous_chat_id"],
+            row["previous_cursor"],
+        )
 
 
 def _fence(fence: Fence) -> tuple[str, str, int]:
@@ -882,11 +891,12 @@ class _Statements:
             "w.body AS workflow, "
             f"(SELECT c.body FROM {s}.chats c "
             "  WHERE c.tenant = $1 AND c.chat_id = (w.body ->> 'chat_id') COLLATE \"C\") AS chat, "
-            f"(SELECT p.chat_id FROM {s}.steps p "
-            "  WHERE p.tenant = $1 AND p.workflow_id = $2 AND p.step = $3 - 1 AND $3 > 1) "
-            "  AS previous_chat_id "
+            "p.chat_id AS previous_chat_id, "
+            "(p.body ->> 'last_seen_message_id')::bigint AS previous_cursor "
             f"FROM (VALUES (1)) AS one LEFT JOIN {s}.workflows w "
-            "ON w.tenant = $1 AND w.workflow_id = $2"
+            "ON w.tenant = $1 AND w.workflow_id = $2 "
+            f"LEFT JOIN {s}.steps p "
+            "ON p.tenant = $1 AND p.workflow_id = $2 AND p.step = $3 - 1 AND $3 > 1"
         )
         self.workflow_chats = (
             f"SELECT body FROM {s}.chats WHERE tenant = $1 AND workflow_id = $2 ORDER BY chat_id"

@@ -21,6 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import CoderConfigError, CoderStoreError
+from ..protocol.usage import UsageTotals
 
 
 def utcnow() -> datetime:
@@ -138,6 +139,11 @@ class StepRecord(Record):
     #: can name both prompts. Steps finished before schema version 3 read back ``""``.
     prompt: str = ""
     notes: list[str] = Field(default_factory=list)
+    #: What the step consumed: every assistant message in the chat between the step
+    #: before's cursor and this one's, over all of its attempts (a crashed one recovered,
+    #: a cut-short one and its resend), each counted once. Steps finished before schema
+    #: version 6 read back zero.
+    usage: UsageTotals = Field(default_factory=UsageTotals)
     finished_at: datetime = Field(default_factory=utcnow)
 
 
@@ -160,6 +166,9 @@ class StepView(Record):
     #: The chat on which the previous step (``step - 1``) finished, if it did; None for
     #: step 1 and before. A checkpointed chat equal to it was not created by this step.
     previous_chat_id: str | None = None
+    #: Where the previous step's stretch of that chat ended (its cursor): this step's
+    #: usage counts what came after it.
+    previous_cursor: int | None = None
 
 
 LedgerState = Literal["committing", "done"]
@@ -238,7 +247,7 @@ def _quoted(prompt: str, limit: int = 160) -> str:
 
 
 #: The schema version this code writes; a store holding a newer one is refused.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 
 class FencedOut(CoderStoreError):

@@ -106,6 +106,9 @@ INSERT INTO meta (key, value) VALUES ('store_id', :store_id);
     # keeps its patch decisions in its JSON body; version 4 code would report either as
     # malformed.
     5: "",
+    # No table changes: a finished step keeps what it consumed (its usage) in its JSON
+    # body, which version 5 code would report as malformed.
+    6: "",
 }
 assert max(MIGRATIONS) == SCHEMA_VERSION, "every schema version needs its migration"
 
@@ -583,10 +586,12 @@ class _SqliteTransaction:
             "w.body, "
             "(SELECT c.body FROM chats c WHERE c.tenant = :tenant AND c.chat_id = "
             " CASE WHEN json_valid(w.body) THEN json_extract(w.body, '$.chat_id') END), "
-            "(SELECT p.chat_id FROM steps p WHERE p.tenant = :tenant "
-            " AND p.workflow_id = :workflow_id AND p.step = :step - 1 AND :step > 1) "
+            "p.chat_id, "
+            "CASE WHEN json_valid(p.body) THEN json_extract(p.body, '$.last_seen_message_id') END "
             "FROM (SELECT 1) LEFT JOIN workflows w "
-            "ON w.tenant = :tenant AND w.workflow_id = :workflow_id",
+            "ON w.tenant = :tenant AND w.workflow_id = :workflow_id "
+            "LEFT JOIN steps p ON p.tenant = :tenant AND p.workflow_id = :workflow_id "
+            "AND p.step = :step - 1 AND :step > 1",
             {"tenant": tenant, "workflow_id": workflow_id, "step": step},
         ).fetchone()
         return step_view_of(*row)

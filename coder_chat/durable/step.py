@@ -28,7 +28,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -44,6 +44,7 @@ from ..protocol.transcript import (
     structured_output,
     to_transcript,
 )
+from ..protocol.usage import UsageTotals
 from .context import PINS_CUT_SHORT, StepContext
 from .markers import (
     LABEL_WORKFLOW,
@@ -85,6 +86,9 @@ class StepResult(BaseModel):
     last_seen_message_id: int | None = None
     verdict: Verdict
     notes: list[str] = []
+    #: What the step consumed, over all its attempts (zero for one finished before
+    #: usage was recorded).
+    usage: UsageTotals = UsageTotals()
 
     @classmethod
     def from_record(cls, record: StepRecord, verdict: Verdict) -> StepResult:
@@ -108,6 +112,25 @@ class _Recovered:
     cursor: int | None
 
 
+class _Answer(Protocol):
+    """A step's answer, from its turn or from history."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def output(self) -> Any: ...
+
+
+@dataclass
+class Recovery:
+    """What recovery found: the earlier attempt's answer (``None``: send it again), and
+    the chat's history as it read it (back to ``since``, when it was asked to)."""
+
+    answer: _Recovered | None
+    history: StepHistory
+
+
 async def run_step(ctx: StepContext, spec: StepSpec) -> StepResult:
     view = await ctx.store.get_step_view(ctx.tenant, ctx.workflow_id, ctx.step)
     stored, workflow = view.step, view.workflow
@@ -126,6 +149,10 @@ async def run_step(ctx: StepContext, spec: StepSpec) -> StepResult:
         chat_id = await adopt_orphan(ctx)
         adopted, cursor = chat_id is not None, None
     verdict: StepVerdict = "ran"
+    # The step's stretch of its chat starts where the step before ended on it: what
+    # came after, whoever sent it, is this step's to count.
+    start = (view.previous_cursor or 0) if chat_id and chat_id == view.previous_chat_id else 0
+    earlier = UsageTotals()
     if chat_id is not None:
         reason = await _attempt_in_flight(ctx, view, chat_id, adopted)
         if reason is not None:
@@ -133,21 +160,21 @@ async def run_step(ctx: StepContext, spec: StepSpec) -> StepResult:
                 f"{ctx.name}: an earlier attempt may still be on chat {chat_id} "
                 f"({_REASONS[reason]}); checking what became of it before sending anything."
             )
-            recovered = await recover(ctx, spec, chat_id, reason)
-            if recovered is not None:
+            recovery = await recover(ctx, spec, chat_id, reason, since=start)
+            found = recovery.answer
+            if found is not None:
+                spent = recovery.history.usage(start, found.cursor)
                 return await _complete(
-                    ctx,
-                    spec,
-                    chat_id,
-                    recovered.cursor,
-                    recovered.text,
-                    recovered.output,
-                    "recovered",
+                    ctx, spec, chat_id, found.cursor, found, "recovered", usage=spent
                 )
             verdict = "resubmitted"
             ctx.report(f"{ctx.name}: the earlier attempt did not finish; sending it again.")
-            cursor = None
-    return await _run_turn(ctx, spec, chat_id, cursor, verdict)
+            # The resend's stream reads on from where this read ended.
+            cursor = recovery.history.last_id
+            earlier = recovery.history.usage(start, cursor)
+        elif (cursor or 0) != start:
+            earlier = await _usage_between(ctx, chat_id, start, cursor)
+    return await _run_turn(ctx, spec, chat_id, cursor, verdict, earlier)
 
 
 _REASONS: dict[RecoveryReason, str] = {
@@ -186,17 +213,28 @@ async def _attempt_in_flight(
     return None
 
 
+async def _usage_between(
+    ctx: StepContext, chat_id: str, start: int, cursor: int | None
+) -> UsageTotals:
+    """What the chat's messages in ``(start, cursor]`` consumed: a stretch of this step's
+    that its turn's stream will not read (an earlier attempt's checkpoint moved past it)."""
+    history = await read_tail(ctx.client, chat_id, ctx.marker, since=start)
+    return history.usage(start, cursor)
+
+
 async def _complete(
     ctx: StepContext,
     spec: StepSpec,
     chat_id: str,
     cursor: int | None,
-    text: str,
-    output: Any,
+    answer: _Answer,
     verdict: StepVerdict,
     notes: list[str] | None = None,
+    *,
+    usage: UsageTotals,
 ) -> StepResult:
     """Write the finished step and its checkpoint in one transaction, then return it."""
+    text, output = answer.text, answer.output
     record = StepRecord(
         tenant=ctx.tenant,
         workflow_id=ctx.workflow_id,
@@ -209,6 +247,7 @@ async def _complete(
         prompt_digest=prompt_digest(spec.prompt),
         prompt=spec.prompt,
         notes=notes or [],
+        usage=usage,
     )
     await asyncio.shield(ctx.store.complete_step(ctx.fence, record))
     # A fenced write: what the workflow does next (the archive at its end, say) needs no
@@ -221,16 +260,30 @@ async def _complete(
 
 
 async def recover(
-    ctx: StepContext, spec: StepSpec, chat_id: str, reason: RecoveryReason
-) -> _Recovered | None:
-    """Settle the chat, then recover the attempt's result, or ``None`` to resubmit.
+    ctx: StepContext,
+    spec: StepSpec,
+    chat_id: str,
+    reason: RecoveryReason,
+    *,
+    since: int | None = None,
+) -> Recovery:
+    """Settle the chat, then recover the attempt's result (its answer ``None``: resubmit),
+    with the history read back to ``since`` at least.
 
     Before anything acts on the chat (settling may answer a pause, and so run a tool),
     the attempt on it must be this step's with this prompt: one sent with another prompt
     is refused, untouched.
     """
     await check_sent_prompt(ctx, spec.prompt, chat_id)
-    settled, tail = await _settled_history(ctx, chat_id, reason)
+    settled, tail = await _settled_history(ctx, chat_id, reason, since)
+    return Recovery(_judge(ctx, spec, settled, tail, reason), tail)
+
+
+def _judge(
+    ctx: StepContext, spec: StepSpec, settled: Settled, tail: StepHistory, reason: RecoveryReason
+) -> _Recovered | None:
+    """The earlier attempt's answer as the settled chat's history holds it, or ``None``
+    when it did not finish (cut short, failed, its tools' outcome never seen, no answer)."""
     cut_short = settled.cut_short or (reason in PINS_CUT_SHORT and settled.stopped_at is None)
     last_user = tail.prompt
     if last_user is None:
@@ -274,13 +327,13 @@ async def _settle(ctx: StepContext, chat_id: str, reason: RecoveryReason) -> Set
 
 
 async def _settled_history(
-    ctx: StepContext, chat_id: str, reason: RecoveryReason
+    ctx: StepContext, chat_id: str, reason: RecoveryReason, since: int | None
 ) -> tuple[Settled, StepHistory]:
     """The settled chat and its history, read again while they disagree (a late send
     landed in between); after a few rounds, what was read last."""
     for _ in range(MAX_SETTLE_ROUNDS - 1):
         settled = await _settle(ctx, chat_id, reason)
-        tail = await read_tail(ctx.client, chat_id, ctx.marker)
+        tail = await read_tail(ctx.client, chat_id, ctx.marker, since)
         if await _read_whole(ctx, chat_id, settled, tail):
             return settled, tail
         ctx.report(
@@ -288,7 +341,7 @@ async def _settled_history(
             "again once it settles."
         )
     settled = await _settle(ctx, chat_id, reason)
-    return settled, await read_tail(ctx.client, chat_id, ctx.marker)
+    return settled, await read_tail(ctx.client, chat_id, ctx.marker, since)
 
 
 async def _read_whole(ctx: StepContext, chat_id: str, settled: Settled, tail: StepHistory) -> bool:
@@ -417,8 +470,15 @@ async def adopt_orphan(ctx: StepContext) -> str | None:
 
 
 async def _run_turn(
-    ctx: StepContext, spec: StepSpec, chat_id: str | None, cursor: int | None, verdict: StepVerdict
+    ctx: StepContext,
+    spec: StepSpec,
+    chat_id: str | None,
+    cursor: int | None,
+    verdict: StepVerdict,
+    earlier: UsageTotals,
 ) -> StepResult:
+    """Send the step and see its turn through; ``earlier`` is what the step's stretch of
+    the chat consumed up to ``cursor``, where the turn's stream starts reading."""
     again = verdict == "resubmitted"
     notes = await _ledger_notes(ctx, chat_id) if chat_id and again else []
     prompt = " ".join([ctx.marker, spec.prompt, *notes]) + _schema_note(ctx, spec)
@@ -435,15 +495,9 @@ async def _run_turn(
             # chat and reads history before it sends anything (the run may well finish).
             raise CoderStreamError(str(exc), chat_id=exc.chat_id, retryable=True) from exc
         raise
+    spent = earlier + UsageTotals.of(session.seen_usage.values())
     return await _complete(
-        ctx,
-        spec,
-        result.chat_id,
-        result.last_seen_message_id,
-        result.text,
-        result.output,
-        verdict,
-        notes,
+        ctx, spec, result.chat_id, result.last_seen_message_id, result, verdict, notes, usage=spent
     )
 
 

@@ -12,7 +12,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .models import AnyEvent, HistoryResetEvent, MessageEvent, MessagePartEvent, PreviewResetEvent
+from .models import (
+    AnyEvent,
+    HistoryResetEvent,
+    MessageEvent,
+    MessagePartEvent,
+    PreviewResetEvent,
+    Usage,
+)
 
 
 @dataclass(frozen=True)
@@ -32,6 +39,10 @@ class StreamLedger:
     def __init__(self, after_id: int | None = None) -> None:
         #: The highest committed message id seen: the ``after_id`` for a redial.
         self.cursor = after_id or 0
+        self._floor = self.cursor
+        #: Each assistant message's usage past ``after_id``, by id (its latest revision):
+        #: what the stretch of history this stream read consumed, each message once.
+        self.usage: dict[int, Usage | None] = {}
         self._revisions: dict[int, str] = {}
         self._last_seq: dict[tuple[int, int], int] = {}
         #: Deltas without episode coordinates (era B) since the last commit:
@@ -71,5 +82,7 @@ class StreamLedger:
             return _DROP
         self._revisions[message.id] = revision
         self.cursor = max(self.cursor, message.id)
+        if message.role == "assistant" and message.id > self._floor:
+            self.usage[message.id] = message.usage
         self.uncoordinated = False
         return _PROGRESS

@@ -31,6 +31,10 @@ class Usage(WireModel):
     cache_creation_tokens: int | None = None
     cache_read_tokens: int | None = None
     context_limit: int | None = None
+    #: What the step cost and how long it ran, where the server reports them (the
+    #: reference SDK reads both; the Go structs read so far do not define them).
+    total_cost_micros: int | None = None
+    total_runtime_ms: int | None = None
 
 
 class ChatMessagePart(WireModel):

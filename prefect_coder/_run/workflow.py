@@ -248,6 +248,7 @@ async def record_cached_step(run: WorkflowRun, prompt: str, result: StepResult) 
         prompt_digest=prompt_digest(prompt),
         prompt=prompt,
         notes=[*result.notes, "recorded from Prefect's result cache"],
+        usage=result.usage,
     )
     await run.retried(lambda: store.complete_step(run.fence, record))
 

@@ -100,6 +100,6 @@ async def reconcile_chat(run: WorkflowRun, step: int, output: type[BaseModel] | 
     recovered = await recover(
         ctx, StepSpec(prompt="", output_type=output), workflow.chat_id, "hard_crash"
     )
-    verdict = "unfinished" if recovered is None else "recovered"
+    verdict = "unfinished" if recovered.answer is None else "recovered"
     log.info(f"Step {step} of {run.workflow_id} is {verdict}.")
     return verdict

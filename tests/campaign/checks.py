@@ -15,6 +15,7 @@ from .leaks import schedule_places
 from .own_flows import check_archived_at_end, check_returned, check_unplanned, stored_results
 from .resends import check_resends
 from .results import check_results
+from .usage import check_usage
 
 
 async def check_schedule(arena: Arena, outcomes: list[WorkflowOutcome]) -> Findings:
@@ -30,6 +31,8 @@ async def check_schedule(arena: Arena, outcomes: list[WorkflowOutcome]) -> Findi
         findings.merge(check_resends(sim, outcome, arena.statuses))
         findings.merge(check_archived_at_end(outcome, arena.archived_before_sweep))
         findings.merge(await check_person(arena, outcome))
+        wf = outcome.plan.workflow_id
+        findings.merge(await check_usage(sim, arena.store, arena.tenant, wf))
     findings.merge(check_orphans(arena.sim, [o.plan.workflow_id for o in outcomes]))
     findings.merge(check_leaks(await schedule_places(arena), arena.sim.token))
     return findings

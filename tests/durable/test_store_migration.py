@@ -171,7 +171,9 @@ async def opened_at_once(
     stores = [backend.open() for _ in range(count)]
     found = await asyncio.gather(*(read(s) for s in stores))
     assert (
-        await installed_versions(backend) == list(range(1, SCHEMA_VERSION + 1)) == [1, 2, 3, 4, 5]
+        await installed_versions(backend)
+        == list(range(1, SCHEMA_VERSION + 1))
+        == [1, 2, 3, 4, 5, 6]
     )
     return stores, found
 

@@ -1,7 +1,7 @@
 """``get_step_view``: what a step reads before it acts, in one read, on both stores.
 
 It must answer exactly what the separate reads it replaces would (the step, the workflow,
-the checkpointed chat's journal, the chat the previous step finished on). Every test with
+the checkpointed chat's journal, the chat the previous step finished on and where). Every test with
 ``backend``/``store`` runs on SQLite and Postgres (see conftest); the round trips it costs
 on Postgres are counted in ``test_postgres_round_trips.py``.
 """
@@ -36,6 +36,7 @@ async def separate_reads(store: DurableStore, tenant: str, workflow_id: str, ste
         workflow=workflow,
         journal=chat.journal if chat else None,
         previous_chat_id=previous.chat_id if previous else None,
+        previous_cursor=previous.last_seen_message_id if previous else None,
     )
 
 
@@ -79,9 +80,9 @@ async def test_a_finished_step_and_the_chat_of_the_one_before(store: DurableStor
     assert (one.step, one.previous_chat_id) == (first, None)  # step 1 has no step before
     two = await store.get_step_view(T, "wf", 2)
     assert two.step is not None and two.step.chat_id == "chat-b"
-    assert two.previous_chat_id == "chat-a"
+    assert (two.previous_chat_id, two.previous_cursor) == ("chat-a", 11)  # where step 1 ended
     three = await store.get_step_view(T, "wf", 3)
-    assert (three.step, three.previous_chat_id) == (None, "chat-b")
+    assert (three.step, three.previous_chat_id, three.previous_cursor) == (None, "chat-b", 12)
     assert three.workflow is not None and three.workflow.chat_id == "chat-b"  # step 2's checkpoint
     assert (await store.get_step_view(T, "wf", 5)).previous_chat_id is None  # step 4 never ran
 

@@ -18,6 +18,7 @@ Category = Literal[
     "live orphans",
     "token leaks",
     "people's actions",
+    "miscounted usage",
 ]
 CATEGORIES: tuple[Category, ...] = get_args(Category)
 

@@ -83,7 +83,7 @@ async def test_a_prompt_landing_while_recovery_reads_the_chat_is_waited_for(
         await client.send_message(chat_id, f"{ctx.marker} {spec.prompt}")
         await sim.wait_for_status(chat_id, "running")
         sim.faults.decide(held.id, "release")
-        recovered = await asyncio.wait_for(recovering, timeout=30)
+        recovered = (await asyncio.wait_for(recovering, timeout=30)).answer
         sent = await prompts(client, chat_id)
     assert recovered is not None
     assert recovered.text == 'You said: "[wf-late-2/step-2] think it over"'
