@@ -358,6 +358,7 @@ async def _show(args: argparse.Namespace, target: StoreTarget) -> int:
                 "workflow": workflow.model_dump(mode="json"),
                 "steps": [s.model_dump(mode="json") for s in steps],
                 "chats": [c.model_dump(mode="json") for c in chats],
+                "usage": workflow.usage(steps).model_dump(mode="json"),
             }
         )
         return 0
@@ -385,6 +386,7 @@ def _print_workflow(
         ("inputs", str(len(workflow.inputs))),
         ("patches", patches or "-"),
         ("archive at end", "yes" if workflow.archive_at_end else "no"),
+        ("used", workflow.usage(steps).describe()),
     ]
     print(f"Workflow {workflow.workflow_id} (tenant {workflow.tenant})")
     _print_table([], [[f"  {name}", value] for name, value in fields])
@@ -392,10 +394,17 @@ def _print_workflow(
     if steps:
         print(f"Steps ({len(steps)})")
         rows = [
-            [f"  {s.step}", s.verdict, s.chat_id, _when(s.finished_at), _short(s.prompt or "-")]
+            [
+                f"  {s.step}",
+                s.verdict,
+                s.chat_id,
+                _when(s.finished_at),
+                s.usage.brief() if s.usage.messages else "-",
+                _short(s.prompt or "-"),
+            ]
             for s in steps
         ]
-        _print_table(["  STEP", "VERDICT", "CHAT", "FINISHED", "PROMPT"], rows)
+        _print_table(["  STEP", "VERDICT", "CHAT", "FINISHED", "USED", "PROMPT"], rows)
     else:
         print("Steps: none finished yet")
     print()

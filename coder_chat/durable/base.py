@@ -39,6 +39,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import CoderConfigError, CoderStoreError
 from .records import (
+    AfterSteps,
     ChatRecord,
     Fence,
     FencedOut,
@@ -346,8 +347,15 @@ class DurableStore(ABC):
     async def heartbeat(self, fence: Fence) -> None:
         await self._update_workflow(fence, {"heartbeat_at": utcnow()}, "heartbeat")
 
-    async def finish(self, fence: Fence, state: WorkflowState) -> None:
-        await self._update_workflow(fence, {"state": state}, "finish")
+    async def finish(
+        self, fence: Fence, state: WorkflowState, after_steps: AfterSteps | None = None
+    ) -> None:
+        """End the workflow in ``state``; ``after_steps``: what its chat ran past its last
+        step, read once it was archived."""
+        changes: dict[str, Any] = {"state": state}
+        if after_steps is not None:
+            changes["after_steps"] = after_steps
+        await self._update_workflow(fence, changes, "finish")
 
     async def save_inputs(self, fence: Fence, inputs: Sequence[Any]) -> None:
         """What the workflow was told between turns, in order (JSON values), all of it."""

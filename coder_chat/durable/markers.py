@@ -137,6 +137,18 @@ async def read_tail(
     return StepHistory(marker, sorted(fetched, key=lambda m: m.id))
 
 
+async def usage_after(client: ChatClient, chat_id: str, after: int) -> UsageTotals:
+    """What the chat's assistant messages past id ``after`` consumed (oldest first, paged)."""
+    messages: list[ChatMessage] = []
+    while True:
+        page = await client.get_messages(chat_id, after_id=after, limit=PAGE)
+        messages.extend(page.messages)
+        if not page.has_more or not page.messages:
+            break
+        after = max(m.id for m in page.messages)
+    return UsageTotals.of(m.usage for m in messages if m.role == "assistant")
+
+
 async def count_attempts(client: ChatClient, chat_id: str, marker: str) -> int:
     """User messages carrying ``marker``: the step's submitted attempts.
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -41,6 +42,16 @@ class Record(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class AfterSteps(Record):
+    """What the workflow's chat consumed past its last finished step's stretch, read when
+    the workflow finished and archived it: a prompt of that step's that landed late, after
+    it had finished, and ran. It counts while ``step`` is still the last finished step (a
+    resumed workflow's next step counts that stretch as its own)."""
+
+    step: int
+    usage: UsageTotals
+
+
 class WorkflowRecord(Record):
     """One workflow: its checkpoint, and who may act on it (the fencing epoch)."""
 
@@ -64,7 +75,19 @@ class WorkflowRecord(Record):
     #: Each patch this workflow met (``chat.patched(name)``) and what it decided: kept, so
     #: that every later run, on any machine, decides the same.
     patches: dict[str, bool] = Field(default_factory=dict)
+    #: What the chat consumed after the last step, once the workflow finished.
+    after_steps: AfterSteps | None = None
     updated_at: datetime = Field(default_factory=utcnow)
+
+    def usage(self, steps: Sequence[StepRecord]) -> UsageTotals:
+        """What the workflow consumed: its finished ``steps``, and what its chat ran after
+        the last of them, if that was read when it finished (steps finished before usage
+        was recorded count nothing)."""
+        total = sum((s.usage for s in steps), UsageTotals())
+        after = self.after_steps
+        if after is not None and after.step == max((s.step for s in steps), default=0):
+            total = total + after.usage
+        return total
 
 
 class Fence(Record):

@@ -93,6 +93,11 @@ class UsageTotals(BaseModel):
             words += f", {dollars(self.cost_micros)}"
         return words
 
+    def brief(self) -> str:
+        """``1,234 tokens`` (``, $0.0123`` when the cost is known)."""
+        cost = "" if self.cost_micros is None else f", {dollars(self.cost_micros)}"
+        return f"{self.tokens:,} tokens{cost}"
+
 
 def dollars(micros: int) -> str:
     """Micros as money, to the hundredth of a cent (Coder reports no currency: $)."""

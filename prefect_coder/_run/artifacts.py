@@ -19,6 +19,7 @@ from prefect.logging.loggers import LoggingAdapter
 from coder_chat.durable.step import (
     StepResult,
 )
+from coder_chat.protocol.usage import UsageTotals
 from prefect_coder._run.naming import (
     slug,
 )
@@ -99,22 +100,28 @@ class Progress:
 
 
 async def publish_transcript(
-    workflow_id: str, prompts: Sequence[str], results: Sequence[StepResult], log: LoggingAdapter
+    workflow_id: str,
+    prompts: Sequence[str],
+    results: Sequence[StepResult],
+    total: UsageTotals,
+    log: LoggingAdapter,
 ) -> None:
-    """A markdown artifact of the workflow's steps: prompt, verdict and answer of each.
+    """A markdown artifact of the workflow's steps: prompt, verdict, answer and usage of
+    each, and what the workflow used in all (``total``).
 
     Built from what the steps returned, so it costs no request to Coder.
     """
     rows = [
-        f"| {r.step} | {r.verdict} | {_cell(p)} | {_cell(r.text)} |"
+        f"| {r.step} | {r.verdict} | {_cell(p)} | {_cell(r.text)} | {_used(r.usage)} |"
         for p, r in zip(prompts, results, strict=True)
     ]
     lines = [
         f"# Workflow `{workflow_id}`",
         f"Chat `{results[-1].chat_id}`.",
+        f"Used in all: {total.describe()}." if total.messages else "",
         "",
-        "| step | verdict | prompt | answer |",
-        "| --- | --- | --- | --- |",
+        "| step | verdict | prompt | answer | used |",
+        "| --- | --- | --- | --- | --- |",
         *rows,
     ]
     try:
@@ -125,6 +132,10 @@ async def publish_transcript(
         )
     except Exception as exc:  # noqa: BLE001 - for people, like the progress artifact
         log.warning(f"Could not publish the transcript of workflow {workflow_id} ({exc}).")
+
+
+def _used(usage: UsageTotals) -> str:
+    return usage.brief() if usage.messages else "not recorded"
 
 
 def _cell(text: str, limit: int = 300) -> str:

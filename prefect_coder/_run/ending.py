@@ -8,8 +8,10 @@ from collections.abc import Callable
 from prefect.logging.loggers import LoggingAdapter
 
 from coder_chat import CoderApiError, CoderError
-from coder_chat.durable.records import WorkflowState
+from coder_chat.durable.markers import usage_after
+from coder_chat.durable.records import AfterSteps, WorkflowState
 from coder_chat.durable.retire import Retired, retire_checkpointed_chat
+from coder_chat.durable.step import StepResult
 from prefect_coder._run.workflow import WorkflowRun, finish_workflow
 
 
@@ -37,6 +39,19 @@ async def archive_idle_chat(run: WorkflowRun, chat_id: str) -> bool:
             raise
         return False
     return True
+
+
+async def after_last_step(
+    run: WorkflowRun, last: StepResult | None, archived: str | None
+) -> AfterSteps | None:
+    """What the archived chat ran past the last step's stretch (a prompt of that step's
+    that landed late, after it finished), so that the workflow's usage counts it; ``None``
+    when the chat is not the last step's or was not archived (it may still run)."""
+    if last is None or archived is None or archived != last.chat_id:
+        return None
+    cursor = last.last_seen_message_id or 0
+    usage = await run.retried(lambda: usage_after(run.runtime.client, archived, cursor))
+    return AfterSteps(step=last.step, usage=usage)
 
 
 async def reopen_chat(run: WorkflowRun, chat_id: str, report: Callable[[str], None]) -> None:

@@ -28,11 +28,12 @@ from prefect.runtime import flow_run as current_flow_run
 
 from coder_chat import CoderConfigError, CoderError, CoderStoreError, is_retryable
 from coder_chat.durable.context import StepTools
-from coder_chat.durable.records import PromptChanged, WorkflowState
+from coder_chat.durable.records import AfterSteps, PromptChanged, WorkflowState
 from coder_chat.durable.step import StepResult, check_sent_prompt, labelled_chats
 from coder_chat.durable.store import FencedOut
 from prefect_coder._run.artifacts import Progress, publish_transcript
 from prefect_coder._run.ending import (
+    after_last_step,
     archive_idle_chat,
     end_failed_workflow,
     reopen_chat,
@@ -58,7 +59,7 @@ from prefect_coder._run.naming import (
 )
 from prefect_coder._run.pulse import Pulse
 from prefect_coder._run.runtime import Ledger
-from prefect_coder._run.story import progress_line, tally
+from prefect_coder._run.story import progress_line, tally, workflow_usage
 from prefect_coder._run.workflow import (
     Began,
     Workflow,
@@ -110,6 +111,8 @@ class Hold:
         self.took_over_from: str | None = None
         #: The chat this run archived at the workflow's end (its id), if it did.
         self.archived_chat: str | None = None
+        #: What the chat ran past the last step, read when the workflow finished here.
+        self.after_steps: AfterSteps | None = None
         self._heart: asyncio.Task[None] | None = None
         #: Tells Prefect this run is alive while it holds the workflow (its own flow run's).
         self._pulse: Pulse | None = None
@@ -357,12 +360,15 @@ class Hold:
 
     async def _finished(self, log: LoggingAdapter) -> None:
         run = self.run
-        if self.owns_run and self.results:
-            await publish_transcript(self.workflow_id, self.prompts, self.results, log)
         archived = None
         if run.workflow.settings.archive_at_end:
             archived = await run.retried(lambda: self._archive(log))
-        await finish_workflow(run, WorkflowState.FINISHED)
+        last = self.results[-1] if self.results else None
+        self.after_steps = await after_last_step(run, last, archived)
+        if self.owns_run and self.results:
+            used = workflow_usage(self.results, self.after_steps)
+            await publish_transcript(self.workflow_id, self.prompts, self.results, used, log)
+        await finish_workflow(run, WorkflowState.FINISHED, self.after_steps)
         self.archived_chat = archived
         if self._progress is not None:
             await self._progress.flush(finished=True)
@@ -374,7 +380,7 @@ class Hold:
     def summary(self) -> str:
         """``3 step(s), 3 ran; its chat … is archived``: how the workflow ended here."""
         chat = f"; its chat {self.archived_chat} is archived" if self.archived_chat else ""
-        return f"{tally(self.results)}{chat}"
+        return f"{tally(self.results, self.after_steps)}{chat}"
 
     async def _archive(self, log: LoggingAdapter) -> str | None:
         """Archive the chat once, and return its id when it is archived: one request when

@@ -23,6 +23,7 @@ from coder_chat.durable.context import DurableOptions, StepContext, StepTools
 from coder_chat.durable.fence import FenceGuard
 from coder_chat.durable.markers import step_number
 from coder_chat.durable.records import (
+    AfterSteps,
     Fence,
     StepRecord,
     WorkflowRecord,
@@ -205,8 +206,10 @@ async def _stored(rt: Runtime, workflow: Workflow) -> dict[int, StepRecord]:
     return {s.step: s for s in steps}
 
 
-async def finish_workflow(run: WorkflowRun, state: WorkflowState) -> None:
-    await run.retried(lambda: run.runtime.store.finish(run.fence, state))
+async def finish_workflow(
+    run: WorkflowRun, state: WorkflowState, after_steps: AfterSteps | None = None
+) -> None:
+    await run.retried(lambda: run.runtime.store.finish(run.fence, state, after_steps))
 
 
 async def heartbeat_forever(run: WorkflowRun, report: Callable[[str], None]) -> None:

@@ -9,24 +9,11 @@ or a step answered from the store or from Prefect's cache.
 
 from __future__ import annotations
 
-from coder_chat.durable.markers import LABEL_WORKFLOW
 from coder_chat.durable.records import WorkflowState
 from coder_chat.durable.store import DurableStore
-from coder_chat.protocol.models import Usage
-from coder_chat.protocol.usage import UsageTotals
 from coder_chat.simulator import Simulator
+from tests.lab.truth import committed_usage, workflow_chats
 from tests.lab.verdicts import Findings
-
-
-def committed_usage(sim: Simulator, workflow_id: str) -> UsageTotals:
-    """What the assistant messages of every chat labelled with ``workflow_id`` reported."""
-    return UsageTotals.of(
-        None if m.usage is None else Usage.model_validate(m.usage)
-        for chat in sim.chats()
-        if chat.labels.get(LABEL_WORKFLOW) == workflow_id
-        for m in chat.messages
-        if m.role == "assistant"
-    )
 
 
 async def check_usage(
@@ -38,10 +25,13 @@ async def check_usage(
     if workflow is None or workflow.state != WorkflowState.FINISHED:
         return findings
     steps = await store.list_steps(tenant, workflow_id)
-    recorded = sum((s.usage for s in steps), UsageTotals())
-    committed = committed_usage(sim, workflow_id)
+    recorded = workflow.usage(steps)
+    committed = committed_usage(workflow_chats(sim, workflow_id))
     if recorded != committed:
         per_step = ", ".join(f"{s.step}: {s.usage.messages} msg/{s.usage.tokens}" for s in steps)
+        after = workflow.after_steps
+        if after is not None:
+            per_step += f", after step {after.step}: {after.usage.messages} msg"
         findings.add(
             "miscounted usage",
             f"{workflow_id}: recorded {recorded.messages} model steps, {recorded.tokens} "

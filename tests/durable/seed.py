@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 from coder_chat.durable.records import Fence, JournalEntry, StepRecord, WorkflowState
 from coder_chat.durable.store import DurableStore
+from coder_chat.protocol.usage import UsageTotals
 
 from .backends import Backend
 
@@ -26,7 +27,8 @@ async def seed_workflow(
     steps: int = 2,
     deployment: str = "prod",
 ) -> Fence:
-    """A workflow as a run leaves it: a journaled chat, ``steps`` finished steps on it, a
+    """A workflow as a run leaves it: a journaled chat, ``steps`` finished steps on it (step
+    n's model steps n, of 110n tokens and 1000n micros), a
     tool call in the ledger, an input and a patch; then ended in ``state`` (None: running)."""
     fence = await store.begin_run(
         tenant, workflow_id, deployment=deployment, flow_run_id=f"run-{workflow_id}"
@@ -48,6 +50,12 @@ async def seed_workflow(
                 text=f"answer {step} of {workflow_id}",
                 verdict="ran" if step == 1 else "recovered",
                 prompt=f"Prompt {step} of {workflow_id}: " + "please do it " * 12,
+                usage=UsageTotals(
+                    messages=step,
+                    input_tokens=100 * step,
+                    output_tokens=10 * step,
+                    cost_micros=1000 * step,
+                ),
             ),
         )
     await store.claim_tool(fence, chat, f"call-{workflow_id}", tool_name="refund")

@@ -24,6 +24,7 @@ from coder_chat.simulator import Simulator
 from prefect_coder import DurableChat, Superseded, WorkflowSettings
 from prefect_coder.examples.refund import refund_order
 from prefect_coder.payments import Ledger, serve_payments
+from tests.lab.truth import committed_usage
 
 from .support import script_refund, sent, superseded_by_its_successor
 
@@ -272,4 +273,5 @@ async def test_a_workflow_whose_last_turn_came_from_the_store_says_its_chat_is_a
     assert [r.verdict for r in tries[-1].results] == ["stored"]
     chat_id = tries[-1].results[0].chat_id
     assert sim.chat(chat_id).archived
-    assert said == f"1 step(s), 1 stored; its chat {chat_id} is archived"
+    used = committed_usage([sim.chat(chat_id)]).describe()  # what the step recorded
+    assert said == f"1 step(s), 1 stored; it used {used}; its chat {chat_id} is archived"

@@ -24,6 +24,7 @@ from prefect_coder.flows.durable_chat import durable_chat
 from prefect_coder.flows.durable_chats import WorkflowSpec, durable_chats
 from prefect_coder.flows.orphan_sweep import orphan_sweep
 from prefect_coder.settings import WorkflowSettings
+from tests.lab.truth import committed_usage, workflow_chats
 from tests.names import replay_name, run_name
 
 from .example_tools import CHARGES
@@ -184,7 +185,9 @@ async def test_a_run_of_many_workflows_names_them_in_its_name_and_every_line(
     ended = (progress[run_id].description or "").splitlines()
     for i in range(3):
         chat = results[f"many-{i}"][-1].chat_id
-        assert f"- many-{i}: 2 step(s), 2 ran; its chat {chat} is archived" in ended, ended
+        used = committed_usage([sim.chat(chat)]).describe()  # both steps, as Coder reported
+        said = f"- many-{i}: 2 step(s), 2 ran; it used {used}; its chat {chat} is archived"
+        assert said in ended, ended
     assert not [line for line in info if "is finished" in line], info  # not a line each
 
 
@@ -243,7 +246,8 @@ async def test_a_turns_task_run_log_tells_its_story(sim: Simulator, coder_env: P
     # At its end, the reply: in Prefect's own last line of the task run, with its time.
     ends = [g.message for g in logs if g.message.startswith("Finished in state Completed(")]
     assert re.match(
-        r"Finished in state Completed\('Step 1 of 2: ran \(.*\) in \d+\.\d s: "
+        r"Finished in state Completed\('Step 1 of 2: ran \(.*\) in \d+\.\d s, "
+        r"[\d,]+ tokens \([\d,]+ in, .*; [\d,]+ out\): "
         r'"Calling run_tests\.',
         ends[0],
     ), ends
@@ -260,8 +264,9 @@ async def test_a_turns_story_can_be_turned_off_for_fleets(sim: Simulator, coder_
     async with get_client() as client:
         logs = await run_logs(client, state.state_details.flow_run_id)  # type: ignore[arg-type]
     assert not any(g.name == STORY for g in logs)
-    said = verdict_line("Step 1 of 1: ran (sent once and answered).")
-    assert said in [g.message for g in logs]  # the verdict alone, no reply
+    used = committed_usage(workflow_chats(sim, "wf-quiet")).describe()
+    said = verdict_line(f"Step 1 of 1: ran (sent once and answered), {used}.")
+    assert said in [g.message for g in logs]  # the verdict and its usage, no reply
 
 
 class _Records(logging.Handler):

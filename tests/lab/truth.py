@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from coder_chat.durable.markers import LABEL_WORKFLOW, step_marker
+from coder_chat.protocol.models import Usage
+from coder_chat.protocol.usage import UsageTotals
 from coder_chat.simulator import Simulator
 from coder_chat.simulator.state import Chat, Message, now
 
@@ -25,6 +27,17 @@ CLIENT_TOOLS = frozenset({"charge_card", "issue_refund", "structured_output"})
 
 def workflow_chats(sim: Simulator, workflow_id: str) -> list[Chat]:
     return [c for c in sim.chats() if c.labels.get(LABEL_WORKFLOW) == workflow_id]
+
+
+def committed_usage(chats: Iterable[Chat]) -> UsageTotals:
+    """What the assistant messages the simulator committed on ``chats`` reported, summed:
+    what a durable workflow's recorded usage must equal."""
+    return UsageTotals.of(
+        None if m.usage is None else Usage.model_validate(m.usage)
+        for chat in chats
+        for m in chat.messages
+        if m.role == "assistant"
+    )
 
 
 def prompts(sim: Simulator, workflow_id: str) -> list[Message]:

@@ -18,6 +18,7 @@ from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.step import StepResult, StepSpec, run_step
 from coder_chat.durable.store import DurableStore
 from coder_chat.durable.tools import durable_tool
+from coder_chat.protocol.models import ChatMessage
 from coder_chat.simulator import Simulator
 from tests.simulator.wire import Wire
 
@@ -97,3 +98,22 @@ async def step_two_again(
         await client.update_chat(chat_id, archived=False)
     again = StepContext.fenced(client, store, resumed, wf, 2, StepTools(), FAST)
     return await run_step(again, StepSpec(prompt=SLOW))
+
+
+async def crashed_attempt(
+    client: ChatClient, store: SqliteStore, ctx: StepContext, chat_id: str, prompt: str
+) -> int:
+    """What a process that died mid-step leaves: its send journaled and made, no result.
+
+    Returns the id of the user message the send committed.
+    """
+    attempts = sum(1 for m in await user_messages(client, chat_id) if ctx.marker in m.text())
+    entry = JournalEntry(state="submitting", marker=ctx.marker, attempt=attempts)
+    await store.write_journal(ctx.fence, chat_id, entry)
+    sent = await client.send_message(chat_id, f"{ctx.marker} {prompt}")
+    assert sent.message is not None
+    return sent.message.id
+
+
+async def user_messages(client: ChatClient, chat_id: str) -> list[ChatMessage]:
+    return [m async for m in client.iter_messages(chat_id) if m.role == "user"]

@@ -12,26 +12,22 @@ from dataclasses import replace
 from coder_chat import ChatClient, CoderChatError
 from coder_chat.client.options import ChatOptions
 from coder_chat.durable.context import StepContext, StepTools
+from coder_chat.durable.markers import usage_after
+from coder_chat.durable.records import AfterSteps, WorkflowState
 from coder_chat.durable.sqlite import SqliteStore
 from coder_chat.durable.step import StepResult, StepSpec, run_step
-from coder_chat.protocol.models import Usage
 from coder_chat.protocol.usage import UsageTotals
 from coder_chat.simulator import Simulator
+from tests.lab.truth import committed_usage
 from tests.simulator.wire import Wire
 
-from .support import CHARGES, FAST, charge_card, step_chat
-from .test_run_step import crashed_attempt
+from .support import CHARGES, FAST, charge_card, crashed_attempt, step_chat
 
 PAY = 'pay /tool charge_card {"amount_cents": 500}'
 
 
 def committed(sim: Simulator, chat_id: str) -> UsageTotals:
-    """What the simulator's assistant messages on ``chat_id`` reported, summed."""
-    return UsageTotals.of(
-        None if m.usage is None else Usage.model_validate(m.usage)
-        for m in sim.chat(chat_id).messages
-        if m.role == "assistant"
-    )
+    return committed_usage([sim.chat(chat_id)])
 
 
 def total(results: list[StepResult]) -> UsageTotals:
@@ -158,3 +154,34 @@ async def test_a_chat_the_step_made_and_a_crash_left_is_counted_whole(
         adopted = await run_step(ctx, StepSpec(prompt="plan it"))
     assert (adopted.verdict, adopted.chat_id) == ("recovered", chat_id)
     assert adopted.usage == committed(sim, chat_id) and adopted.usage.messages == 1
+
+
+async def test_what_ran_after_the_last_step_counts_until_a_later_step_finishes(
+    sim: Simulator, store: SqliteStore
+) -> None:
+    """A prompt of the last step that landed late, after it finished, ran on the chat: the
+    workflow's end reads that stretch and keeps it. A later step (a resumed workflow's)
+    counts the stretch as its own, and the kept figure no longer adds."""
+    tenant = str(sim.organization_id)
+    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
+        fence = await store.begin_run(tenant, "wf-late")
+        ctx = StepContext.fenced(client, store, fence, "wf-late", 1, StepTools(), FAST)
+        first = await run_step(ctx, StepSpec(prompt="plan it"))
+        await client.send_message(first.chat_id, f"{ctx.marker} plan it")
+        await sim.wait_for_status(first.chat_id, "waiting")
+        late = await usage_after(client, first.chat_id, first.last_seen_message_id or 0)
+        await store.finish(fence, WorkflowState.FINISHED, AfterSteps(step=1, usage=late))
+        ended = await store.get_workflow(tenant, "wf-late")
+        at_end = await store.list_steps(tenant, "wf-late")
+
+        resumed = await store.begin_run(tenant, "wf-late")
+        second = await run_step(
+            StepContext.fenced(client, store, resumed, "wf-late", 2, StepTools(), FAST),
+            StepSpec(prompt="go on"),
+        )
+        carried = await store.get_workflow(tenant, "wf-late")
+        steps = await store.list_steps(tenant, "wf-late")
+    assert late.messages == 1 and ended is not None and carried is not None
+    assert ended.usage(at_end) == first.usage + late
+    assert second.usage.messages == 2  # the late prompt's answer, and its own
+    assert carried.usage(steps) == first.usage + second.usage == committed(sim, first.chat_id)

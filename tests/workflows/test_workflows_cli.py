@@ -88,10 +88,12 @@ async def test_show_prints_the_workflow_its_steps_and_chats(
     assert fields["chat"] == f"{chat_of('old-done')} (cursor 20)"
     assert fields["inputs"] == "1"
     assert fields["patches"] == "shorter-prompts=yes"
+    assert fields["used"] == "330 tokens (300 in; 30 out), $0.0030"  # the steps' sum
     assert "flow run        run-old-done" in out
     assert "Steps (2)" in out and "Chats (1)" in out
     step_lines = [line.split() for line in out.splitlines() if line.startswith(("  1 ", "  2 "))]
     assert [(s[0], s[1]) for s in step_lines] == [("1", "ran"), ("2", "recovered")]
+    assert [" ".join(s[6:9]) for s in step_lines] == ["110 tokens, $0.0010", "220 tokens, $0.0020"]
     assert "Prompt 1 of old-done: please do it" in out
     assert max(len(line) for line in out.splitlines()) < 160  # prompts are shortened
     assert "…" in out
@@ -111,6 +113,8 @@ async def test_show_json_has_every_record(
     assert shown["steps"][0]["prompt"].startswith("Prompt 1 of live")
     assert [c["chat_id"] for c in shown["chats"]] == [chat_of("live")]
     assert shown["chats"][0]["journal"]["marker"] == "live/step-2"
+    assert [s["usage"]["output_tokens"] for s in shown["steps"]] == [10, 20]
+    assert (shown["usage"]["messages"], shown["usage"]["cost_micros"]) == (3, 3000)
 
 
 async def test_prune_dry_run_then_prune(backend: Backend, cli: Cli, store_args: list[str]) -> None:
