@@ -41,6 +41,8 @@ class Progress:
     lines: list[str] = field(default_factory=list)
     #: What the run waits for now (a person's answer, say), if anything.
     waiting_for: str | None = None
+    #: A last line, once the work is done (what the workflow used in all).
+    footer: str | None = None
     every: float = 1.0
     _artifact: UUID | None = None
     _published_at: float = -float("inf")
@@ -75,13 +77,20 @@ class Progress:
             if self._dirty and pause is not None:
                 await asyncio.sleep(pause)
 
+    async def end(self, footer: str | None = None) -> None:
+        """All of it is done; ``footer``: a last line (what the work used in all)."""
+        if footer:
+            self.footer, self._dirty = footer, True
+        await self.flush(finished=True)
+
     def description(self) -> str:
         of = f" of {self.total}" if self.total else ""
         head = f"**{self.title}**: {self.unit} {len(self.lines)}{of} done."
         took_over = [f"Took over from run {self.took_over_from!r}."] if self.took_over_from else []
         waiting = [f"Waiting for {self.waiting_for}."] if self.waiting_for else []
         items = (f"- {line}" for line in self.lines)
-        return "\n".join([head, *took_over, *waiting, *items])
+        footer = ["", self.footer] if self.footer else []
+        return "\n".join([head, *took_over, *waiting, *items, *footer])
 
     async def _publish(self) -> None:
         # With no total known (a flow that decides its turns as it goes) there is no share

@@ -365,13 +365,14 @@ class Hold:
             archived = await run.retried(lambda: self._archive(log))
         last = self.results[-1] if self.results else None
         self.after_steps = await after_last_step(run, last, archived)
+        used = workflow_usage(self.results, self.after_steps)
         if self.owns_run and self.results:
-            used = workflow_usage(self.results, self.after_steps)
             await publish_transcript(self.workflow_id, self.prompts, self.results, used, log)
         await finish_workflow(run, WorkflowState.FINISHED, self.after_steps)
         self.archived_chat = archived
         if self._progress is not None:
-            await self._progress.flush(finished=True)
+            said = f"In all, the workflow used {used.describe()}." if used.messages else None
+            await self._progress.end(said)
         if self.owns_run:
             # A run of many workflows says this in its progress artifact, one line each,
             # instead of a log line each (about a millisecond apiece in Prefect's handlers).

@@ -10,8 +10,9 @@ browser does what a person does:
 1. opens the durable-chat deployment's custom run form, fills in ``workflow_id`` and
    two prompts, and picks the saved block in the credentials picker;
 2. submits, and the worker runs the flow against the simulator;
-3. opens the run's page and finds the run's name, the step verdicts in its logs,
-   and the progress artifact;
+3. opens the run's page and finds the run's name, the step verdicts in its logs with
+   what each turn used, the progress artifact, and the transcript artifact with the
+   workflow's total;
 4. launches durable-chats from its form with two workflows, and reads the run's name
    (its workflows) and the log lines that each name their workflow;
 5. opens the saved block's page, where the token shows only as asterisks and the block's
@@ -188,18 +189,28 @@ async def read_the_run(page: Page, ui: str, run: FlowRun, workflow_id: str) -> N
     name = run_name(workflow_id, 1)
     await expect(page.get_by_text(name, exact=True).first).to_be_visible(timeout=UI_TIMEOUT_MS)
     await expect(page.get_by_text("Completed", exact=True).first).to_be_visible()
+    used = []  # each turn's tokens, as its verdict line says them
     for step in range(1, len(PROMPTS) + 1):
         verdict = page.get_by_text(f"Step {step} of {len(PROMPTS)}: ran")
         await expect(verdict.first).to_be_visible(timeout=UI_TIMEOUT_MS)
+        said = await verdict.first.inner_text()
+        tokens = re.search(r"answered\) in [\d.]+ s, ([\d,]+) tokens \([\d,]+ in", said)
+        assert tokens is not None, said
+        used.append(int(tokens.group(1).replace(",", "")))
     await screenshot(page, "ui-run-logs")
 
-    # ... and, under Artifacts, the progress artifact: every step done.
+    # ... and, under Artifacts, the progress artifact: every step done; and the transcript,
+    # with the workflow's total, the sum of its turns'.
     await page.locator("li.p-tab", has_text="Artifacts").click()
     progress = page.get_by_text(f"progress-{workflow_id}", exact=True)
     await expect(progress.first).to_be_visible(timeout=UI_TIMEOUT_MS)
     done = f"step {len(PROMPTS)} of {len(PROMPTS)} done"
     await expect(page.get_by_text(done).first).to_be_visible(timeout=UI_TIMEOUT_MS)
     await screenshot(page, "ui-run-artifacts")
+    await page.get_by_text(f"transcript-{workflow_id}", exact=True).first.click()
+    total = f"Used in all: {sum(used):,} tokens ("
+    await expect(page.get_by_text(total).first).to_be_visible(timeout=UI_TIMEOUT_MS)
+    await screenshot(page, "ui-run-transcript")
 
 
 async def launch_many(
