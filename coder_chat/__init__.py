@@ -21,6 +21,7 @@ from .errors import (
     CoderStoreError,
     CoderStreamError,
     CoderTransportError,
+    CoderUsageLimitError,
 )
 from .protocol.retry import is_retryable
 
@@ -37,6 +38,7 @@ __all__ = [
     "CoderStoreError",
     "CoderStreamError",
     "CoderTransportError",
+    "CoderUsageLimitError",
     "SessionHooks",
     "StepRecord",
     "ToolCallRecord",

@@ -5,6 +5,7 @@
     CoderError                      anything this library raises on purpose
     ├── CoderConfigError            bad arguments; raised at once, never retried (also ValueError)
     ├── CoderApiError               a non-2xx answer: status, method, path, message, detail
+    │   └── CoderUsageLimitError    409, the user's usage limit reached: spent, limit, resets_at
     ├── CoderTransportError         the request or socket failed below HTTP (connect, reset, timeout)
     ├── CoderChatError              a turn ended badly: kind, retryable, chat_id, provider, status_code
     ├── CoderStreamError            the chat stream could not be re-established: chat_id, retryable
@@ -22,6 +23,7 @@ the token travels only in a request header.
 from __future__ import annotations
 
 from dataclasses import KW_ONLY, dataclass
+from datetime import datetime
 
 
 class CoderError(Exception):
@@ -59,6 +61,17 @@ class CoderApiError(CoderError):
     def __post_init__(self) -> None:
         text = f"Coder API {self.method} {self.path} failed ({self.status}): {self.message}"
         super().__init__(f"{text} — {self.detail}" if self.detail else text)
+
+
+@dataclass(eq=False)
+class CoderUsageLimitError(CoderApiError):
+    """Coder refused new work: the user's usage limit is reached (409 "Chat usage limit
+    exceeded."), with what was spent, the limit (micros) and when it resets. Never
+    retried: the same request is refused until then."""
+
+    spent_micros: int | None = None
+    limit_micros: int | None = None
+    resets_at: datetime | None = None
 
 
 class CoderTransportError(CoderError):

@@ -20,6 +20,12 @@ class WorkflowCancelled(Abort):
     stored cancelled) while the run's process was still going: it does nothing more."""
 
 
+class WorkflowOverBudget(Abort):
+    """This flow run's workflow reached a limit (its budget's, or Coder's usage limit) and
+    was ended for it (chat archived, stored over budget); the run is marked *Cancelled:
+    Over budget*, saying which limit and how to carry it on."""
+
+
 class StoreLost(Abort):
     """This flow run could not reach the durable store through every retry: it ends
     *Crashed*, not failed, and the workflow is left running for the orphan sweep to

@@ -10,8 +10,9 @@ and are never sent again).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 from uuid import UUID
 
 from prefect.client.orchestration import get_client
@@ -46,7 +47,7 @@ __all__ = [
 ]
 
 #: A workflow in one of these states can be resumed.
-RESUMABLE = frozenset({WorkflowState.FAILED, WorkflowState.CANCELLED})
+RESUMABLE = frozenset({WorkflowState.FAILED, WorkflowState.CANCELLED, WorkflowState.OVER_BUDGET})
 
 
 @dataclass
@@ -99,10 +100,17 @@ async def _cancel_flow_run(flow_run_id: str, report: Callable[[str], None]) -> N
         report(f"Could not cancel its flow run {flow_run_id} in Prefect ({exc}).")
 
 
-async def resume_workflow(store: DurableStore, tenant: str, workflow_id: str) -> FlowRun:
+async def resume_workflow(
+    store: DurableStore,
+    tenant: str,
+    workflow_id: str,
+    settings: Mapping[str, Any] | None = None,
+) -> FlowRun:
     """Launch the workflow's deployment again, with its last run's parameters, to carry on
-    a workflow that failed or was cancelled, or one left running by a run that ended (the
-    sweep gave up relaunching it), after its cause is fixed. Returns the new run.
+    a workflow that failed, was cancelled or went over budget, or one left running by a run
+    that ended (the sweep gave up relaunching it), after its cause is fixed. ``settings``:
+    fields of its ``WorkflowSettings`` to change from then on (a raised budget). Returns
+    the new run.
 
     The store is not changed here: the new run takes the workflow over when it goes past
     its finished steps, and reopens its chat.
@@ -139,12 +147,29 @@ async def resume_workflow(store: DurableStore, tenant: str, workflow_id: str) ->
         return await arun_deployment(
             last.deployment_id,
             client=client,
-            parameters=last.parameters,
+            parameters=_with_settings(workflow_id, last.parameters, settings or {}),
             tags=[workflow_tag(workflow_id), "prefect-coder:resume"],
             flow_run_name=f"{workflow_id} · resumed",
             timeout=0,
             as_subflow=False,
         )
+
+
+def _with_settings(
+    workflow_id: str, parameters: dict[str, Any], changes: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The last run's parameters, with ``changes`` made to its ``settings``."""
+    if not changes:
+        return parameters
+    if "settings" not in parameters:
+        raise CoderConfigError(
+            f"the flow of workflow {workflow_id!r} takes no 'settings' parameter: its budget "
+            "cannot be raised on resume; run it again with the new settings instead"
+        )
+    given = parameters["settings"] or {}
+    if not isinstance(given, dict):
+        raise CoderConfigError(f"workflow {workflow_id!r}: its run's settings are not a mapping")
+    return {**parameters, "settings": {**given, **changes}}
 
 
 def _ended(run: FlowRun) -> bool:

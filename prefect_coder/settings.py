@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from coder_chat.client.options import ChatOptions
+from coder_chat.durable.budget import Budget
 from coder_chat.durable.context import DurableOptions
 
 
@@ -106,6 +107,31 @@ class WorkflowSettings(BaseModel):
             "calls and its outcome, reconnects, the reply (shortened). Off for large fleets."
         ),
     )
+    max_tokens: int | None = Field(
+        default=None,
+        gt=0,
+        title="Token budget",
+        description=(
+            "Tokens the workflow's turns may use in all, over every run (input, cached or "
+            "not, and output). Once reached it takes no further turn: it ends Over budget, "
+            "its chat archived. Empty: no limit."
+        ),
+    )
+    max_cost_micros: int | None = Field(
+        default=None,
+        gt=0,
+        title="Cost budget (micros)",
+        description=(
+            "What its turns may cost in all, in millionths of a dollar, where Coder reports "
+            "cost. Empty: no limit."
+        ),
+    )
+    max_turns: int | None = Field(
+        default=None,
+        gt=0,
+        title="Turn budget",
+        description="How many turns it may take in all. Empty: no limit.",
+    )
 
     tasks: TaskSettings = Field(
         default_factory=TaskSettings,
@@ -133,4 +159,5 @@ class WorkflowSettings(BaseModel):
             step_deadline=self.step_deadline_seconds,
             settle_timeout=self.step_deadline_seconds,
             story=self.tell_turns,
+            budget=Budget(self.max_tokens, self.max_cost_micros, self.max_turns),
         )

@@ -140,14 +140,29 @@ def _add_cancel_and_resume(subcommands: Any) -> None:
         help="a durable tool whose effect in flight may be finished before the chat is "
         "archived (repeat); without it such a chat is left for the sweep",
     )
-    add_subcommand(
+    resume = add_subcommand(
         subcommands,
         "resume",
         _resume,
-        help="carry a failed or cancelled workflow on from its last finished step: its "
-        "deployment runs again with its last run's parameters",
+        help="carry a failed, cancelled or over-budget workflow on from its last finished "
+        "step: its deployment runs again with its last run's parameters",
         takes_id=True,
     )
+    for flag, what in BUDGET_FLAGS.items():
+        resume.add_argument(
+            f"--{flag.replace('_', '-')}",
+            type=int,
+            metavar="N",
+            help=f"raise its {what} (a setting of its flow's WorkflowSettings) for this run on",
+        )
+
+
+#: The budget a resume may raise: ``WorkflowSettings`` fields, and what each limits.
+BUDGET_FLAGS = {
+    "max_tokens": "token budget",
+    "max_cost_micros": "cost budget, in micros",
+    "max_turns": "turn budget",
+}
 
 
 def add_subcommand(
@@ -489,7 +504,8 @@ async def _resume(args: argparse.Namespace, target: StoreTarget) -> int:
     from prefect_coder.operations import resume_workflow
 
     # Resuming reads only the store and Prefect: no Coder connection is made here.
-    run = await resume_workflow(target.store, target.tenant, args.workflow_id)
+    raised = {k: getattr(args, k) for k in BUDGET_FLAGS if getattr(args, k) is not None}
+    run = await resume_workflow(target.store, target.tenant, args.workflow_id, raised)
     print(
         f"Workflow {args.workflow_id} is resumed as flow run {run.name!r} "
         f"({flow_run_url(run.id)}); its finished steps come from the store."

@@ -16,12 +16,13 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 import httpx
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from ..errors import CoderApiError, CoderConfigError, CoderTransportError
+from ..errors import CoderApiError, CoderConfigError, CoderTransportError, CoderUsageLimitError
 from ..protocol.models import (
     CHATS,
     MODEL_CONFIGS,
@@ -402,7 +403,34 @@ def _api_error(response: httpx.Response, method: str, path: str) -> CoderApiErro
                 f"{v.get('field')}: {v.get('detail')}" for v in body["validations"]
             )
             detail = f"{detail} ({problems})" if detail else problems
+        if response.status_code == 409 and "limit_micros" in body:
+            return _usage_limit(body, method, path, message, detail)
     return CoderApiError(response.status_code, method, path, message, detail)
+
+
+def _usage_limit(
+    body: dict[str, Any], method: str, path: str, message: str, detail: str | None
+) -> CoderUsageLimitError:
+    """Coder's 409 past the user's usage limit, with its figures (malformed ones: None)."""
+
+    def micros(name: str) -> int | None:
+        value = body.get(name)
+        return value if isinstance(value, int) else None
+
+    try:
+        resets = datetime.fromisoformat(str(body.get("resets_at")))
+    except ValueError:
+        resets = None
+    return CoderUsageLimitError(
+        409,
+        method,
+        path,
+        message,
+        detail,
+        spent_micros=micros("spent_micros"),
+        limit_micros=micros("limit_micros"),
+        resets_at=resets,
+    )
 
 
 def _parse_model(model: type[M], response: httpx.Response) -> M:

@@ -38,6 +38,7 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from ..errors import CoderConfigError, CoderStoreError
+from ..protocol.usage import UsageTotals
 from .records import (
     AfterSteps,
     ChatRecord,
@@ -60,7 +61,12 @@ M = TypeVar("M", bound=BaseModel)
 Changes = dict[str, Any]
 
 #: The states a workflow may be pruned in: it ended. A running workflow is never pruned.
-ENDED_STATES = (WorkflowState.FINISHED, WorkflowState.FAILED, WorkflowState.CANCELLED)
+ENDED_STATES = (
+    WorkflowState.FINISHED,
+    WorkflowState.FAILED,
+    WorkflowState.CANCELLED,
+    WorkflowState.OVER_BUDGET,
+)
 #: How the sweep's own records (one lease per deployment) begin: never pruned.
 SWEEP_PREFIX = "prefect-coder-sweep"
 
@@ -381,12 +387,15 @@ class DurableStore(ABC):
         )
 
     # -- finished steps ------------------------------------------------------------------
-    async def complete_step(self, fence: Fence, record: StepRecord) -> None:
+    async def complete_step(
+        self, fence: Fence, record: StepRecord, spent: UsageTotals | None = None
+    ) -> None:
         """A finished step: its result and the checkpoint it leaves, in one transaction.
 
-        The checkpoint becomes ``(record.chat_id, record.last_seen_message_id)``; the
-        step's row is written (or replaced). Fenced like every durable write: a
-        superseded run writes neither.
+        The checkpoint becomes ``(record.chat_id, record.last_seen_message_id)``, and the
+        workflow's ``spent`` what its steps consumed so far, this one's included (when
+        given); the step's row is written (or replaced). Fenced like every durable write:
+        a superseded run writes neither.
         """
         if (record.tenant, record.workflow_id) != (fence.tenant, fence.workflow_id):
             raise CoderConfigError(
@@ -394,9 +403,13 @@ class DurableStore(ABC):
                 f"{record.tenant!r}) cannot be completed under a fence of {fence.workflow_id!r} "
                 f"(tenant {fence.tenant!r})"
             )
-        checkpoint = _touched(
-            {"chat_id": record.chat_id, "last_seen_message_id": record.last_seen_message_id}
-        )
+        changes: Changes = {
+            "chat_id": record.chat_id,
+            "last_seen_message_id": record.last_seen_message_id,
+        }
+        if spent is not None:
+            changes["spent"] = spent
+        checkpoint = _touched(changes)
 
         async def op(tx: Transaction) -> None:
             if await tx.complete_step(fence, checkpoint, record) is None:

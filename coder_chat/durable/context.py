@@ -13,6 +13,7 @@ from ..client.rest import ChatClient
 from ..client.tools import ClientTool, ToolFunction, client_tool, structured_output_tool
 from ..errors import CoderConfigError
 from ..protocol.transcript import STRUCTURED_OUTPUT
+from .budget import Budget
 from .fence import FenceGuard
 from .markers import step_marker
 from .records import Fence, RecoveryReason
@@ -50,6 +51,8 @@ class DurableOptions:
     #: Tell each turn's story (prompt, tool calls and outcomes, reconnects, reply) to the
     #: step's report as it happens.
     story: bool = False
+    #: What the workflow may spend over all its runs; past a limit it takes no turn.
+    budget: Budget = field(default_factory=Budget)
 
     @property
     def horizon(self) -> float:

@@ -36,6 +36,9 @@ class WorkflowState(StrEnum):
     #: A person stopped it (cancelled its run, or ``prefect-coder workflows cancel``): its
     #: chat is archived and nothing relaunches it; ``resume`` carries it on.
     CANCELLED = "cancelled"
+    #: It reached a limit (its budget's, or Coder's usage limit) and took no further turn:
+    #: its chat is archived and nothing relaunches it; ``resume`` carries it on.
+    OVER_BUDGET = "over-budget"
 
 
 class Record(BaseModel):
@@ -75,6 +78,9 @@ class WorkflowRecord(Record):
     #: Each patch this workflow met (``chat.patched(name)``) and what it decided: kept, so
     #: that every later run, on any machine, decides the same.
     patches: dict[str, bool] = Field(default_factory=dict)
+    #: What its finished steps consumed, together: kept with each step, in the step's own
+    #: transaction, so that a budget is checked from one read on any machine.
+    spent: UsageTotals = Field(default_factory=UsageTotals)
     #: What the chat consumed after the last step, once the workflow finished.
     after_steps: AfterSteps | None = None
     updated_at: datetime = Field(default_factory=utcnow)

@@ -45,6 +45,7 @@ from ..protocol.transcript import (
     to_transcript,
 )
 from ..protocol.usage import UsageTotals
+from .budget import OverBudget
 from .context import PINS_CUT_SHORT, StepContext
 from .markers import (
     LABEL_WORKFLOW,
@@ -142,6 +143,8 @@ async def run_step(ctx: StepContext, spec: StepSpec) -> StepResult:
         )
         return StepResult.from_record(stored, "stored")
     ctx.guard.confirm_epoch(workflow.epoch if workflow else None)
+    spent = workflow.spent if workflow else UsageTotals()
+    check_budget(ctx, spent)
     chat_id = workflow.chat_id if workflow else None
     cursor = workflow.last_seen_message_id if workflow else None
     adopted = False
@@ -163,9 +166,9 @@ async def run_step(ctx: StepContext, spec: StepSpec) -> StepResult:
             recovery = await recover(ctx, spec, chat_id, reason, since=start)
             found = recovery.answer
             if found is not None:
-                spent = recovery.history.usage(start, found.cursor)
+                used = recovery.history.usage(start, found.cursor)
                 return await _complete(
-                    ctx, spec, chat_id, found.cursor, found, "recovered", usage=spent
+                    ctx, spec, chat_id, found.cursor, found, "recovered", usage=used, spent=spent
                 )
             verdict = "resubmitted"
             ctx.report(f"{ctx.name}: the earlier attempt did not finish; sending it again.")
@@ -174,7 +177,7 @@ async def run_step(ctx: StepContext, spec: StepSpec) -> StepResult:
             earlier = recovery.history.usage(start, cursor)
         elif (cursor or 0) != start:
             earlier = await _usage_between(ctx, chat_id, start, cursor)
-    return await _run_turn(ctx, spec, chat_id, cursor, verdict, earlier)
+    return await _run_turn(ctx, spec, chat_id, cursor, verdict, earlier, spent)
 
 
 _REASONS: dict[RecoveryReason, str] = {
@@ -182,6 +185,14 @@ _REASONS: dict[RecoveryReason, str] = {
     "timeout": "it timed out",
     "abort": "it was cut off by its deadline or a cancellation",
 }
+
+
+def check_budget(ctx: StepContext, spent: UsageTotals) -> None:
+    """Raise :class:`OverBudget` when what the workflow's finished steps consumed (as the
+    store holds it) reached a limit of its budget: this step is not taken."""
+    why = ctx.options.budget.reached(spent, ctx.step - 1)
+    if why is not None:
+        raise OverBudget(ctx.workflow_id, ctx.step, why)
 
 
 def check_same_prompt(stored: StepRecord, prompt: str) -> None:
@@ -232,8 +243,10 @@ async def _complete(
     notes: list[str] | None = None,
     *,
     usage: UsageTotals,
+    spent: UsageTotals,
 ) -> StepResult:
-    """Write the finished step and its checkpoint in one transaction, then return it."""
+    """Write the finished step and its checkpoint in one transaction, then return it
+    (``usage``: what the step consumed; ``spent``: what the steps before it did)."""
     text, output = answer.text, answer.output
     record = StepRecord(
         tenant=ctx.tenant,
@@ -249,7 +262,7 @@ async def _complete(
         notes=notes or [],
         usage=usage,
     )
-    await asyncio.shield(ctx.store.complete_step(ctx.fence, record))
+    await asyncio.shield(ctx.store.complete_step(ctx.fence, record, spent + usage))
     # A fenced write: what the workflow does next (the archive at its end, say) needs no
     # store read to know this run still holds it.
     ctx.guard.confirm()
@@ -476,9 +489,11 @@ async def _run_turn(
     cursor: int | None,
     verdict: StepVerdict,
     earlier: UsageTotals,
+    spent: UsageTotals,
 ) -> StepResult:
     """Send the step and see its turn through; ``earlier`` is what the step's stretch of
-    the chat consumed up to ``cursor``, where the turn's stream starts reading."""
+    the chat consumed up to ``cursor``, where the turn's stream starts reading, ``spent``
+    what the steps before it did."""
     again = verdict == "resubmitted"
     notes = await _ledger_notes(ctx, chat_id) if chat_id and again else []
     prompt = " ".join([ctx.marker, spec.prompt, *notes]) + _schema_note(ctx, spec)
@@ -490,14 +505,18 @@ async def _run_turn(
         )
     except BaseException as exc:
         await asyncio.shield(_after_failure(ctx, session, entry, exc))
+        over = OverBudget.from_coder(ctx.workflow_id, ctx.step, exc)
+        if over is not None:
+            raise over from exc  # Coder refuses until its limit resets: never retried
         if isinstance(exc, CoderStreamError):
             # The durable layer can always retry a lost stream: the retry settles the
             # chat and reads history before it sends anything (the run may well finish).
             raise CoderStreamError(str(exc), chat_id=exc.chat_id, retryable=True) from exc
         raise
-    spent = earlier + UsageTotals.of(session.seen_usage.values())
+    used = earlier + UsageTotals.of(session.seen_usage.values())
+    cursor = result.last_seen_message_id
     return await _complete(
-        ctx, spec, result.chat_id, result.last_seen_message_id, result, verdict, notes, usage=spent
+        ctx, spec, result.chat_id, cursor, result, verdict, notes, usage=used, spent=spent
     )
 
 

@@ -60,6 +60,12 @@ class SimulatorConfig:
     #: A price per token, in millionths of a dollar: when set, each assistant message's
     #: usage carries ``total_cost_micros`` (a server that reports cost); 0 reports none.
     cost_micros_per_token: int = 0
+    #: The user's usage limit per period, in micros (0: none): past it, new chats and
+    #: prompts are refused (409) and a running turn ends in a ``usage_limit`` error.
+    #: Spend is counted from what assistant messages cost (``cost_micros_per_token``).
+    usage_limit_micros: int = 0
+    #: How long a usage period lasts from the simulator's start (``resets_at``), seconds.
+    usage_period: float = 3600.0
     era_b: EraB = field(default_factory=EraB)
 
     def update(self, changes: dict[str, Any]) -> None:

@@ -20,6 +20,7 @@ from .config import SimulatorConfig
 from .errors import ApiError, bad_request, conflict, not_found
 from .faults import FaultPlan
 from .records import ArchiveRecord, InterruptRecord, Records, ToolResultRecord, TurnRecord
+from .spending import over_limit, refuse_over_limit
 from .state import JSON, Chat, Counters, Message, PendingCall, QueuedMessage, StoredFile, now
 from .stream import Subscriber
 
@@ -80,6 +81,15 @@ class Engine:
         #: Scripted replies: a prompt containing ``when`` is answered as if ``then``
         #: (directives) were written in it, so tests can script natural prompts.
         self.scripts: list[Script] = []
+        #: When the current usage period began (its limit resets ``usage_period`` later).
+        self.period_start = now()
+
+    def over_limit(self) -> JSON | None:
+        """Coder's figures when the user reached their usage limit, else ``None``."""
+        cfg = self.config
+        return over_limit(
+            self.chats.values(), cfg.usage_limit_micros, self.period_start, cfg.usage_period
+        )
 
     def scripted(self, prompt: str) -> str:
         """The prompt as the model reads it: with the directives of every matching script
@@ -123,6 +133,7 @@ class Engine:
         plan_mode = body.get("plan_mode") or ""
         if plan_mode not in ("", "plan"):
             raise bad_request("Invalid plan_mode value.")
+        refuse_over_limit(self.over_limit())
         chat = Chat(
             id=uuid.uuid4(),
             organization_id=org,
@@ -202,6 +213,7 @@ class Engine:
         """``POST /chats/{chat}/messages``: admit directly, or queue (wire reference 3.7)."""
         if chat.archived:
             raise bad_request("Cannot send messages to an archived chat.")
+        refuse_over_limit(self.over_limit())
         behavior = check.busy_behavior(body.get("busy_behavior"))
         parts = check.input_parts(body.get("content"), self.files)
         model_config = self._model_config(body.get("model_config_id"))

@@ -29,6 +29,7 @@ from .errors import ApiError, bad_request, not_found
 from .faults import Phase
 from .listing import list_chats, message_page
 from .records import RequestRecord
+from .spending import chat_cost
 from .state import JSON, StoredFile
 
 #: Called with a connection's client address to cut it without a response.
@@ -137,6 +138,9 @@ class ChatApi:
     async def update_chat(self, request: Request) -> Response:
         self.engine.update_chat(self._chat(request), await _json_body(request))
         return Response(status_code=204)
+
+    async def chat_cost(self, request: Request) -> Response:
+        return JSONResponse(chat_cost(self._chat(request), ()))
 
     async def get_messages(self, request: Request) -> Response:
         return JSONResponse(message_page(self._chat(request), request.query_params))
@@ -441,6 +445,7 @@ def chat_routes(api: ChatApi, prefix: str, *, experimental: bool) -> list[BaseRo
     routes += [
         Route(c, e("get_chat", api.get_chat), methods=["GET"]),
         Route(c, e("update_chat", api.update_chat), methods=["PATCH"]),
+        Route(f"{c}/cost", e("chat_cost", api.chat_cost), methods=["GET"]),
         Route(f"{c}/messages", e("get_messages", api.get_messages), methods=["GET"]),
         Route(f"{c}/messages", e("send_message", api.send_message), methods=["POST"]),
         Route(f"{c}/interrupt", e("interrupt", api.interrupt), methods=["POST"]),

@@ -15,6 +15,7 @@ import secrets
 from .directives import DirectiveError, Script, ToolCall, parse
 from .engine import TIMED_OUT, Engine, Run, ToolOutcome
 from .records import Effect
+from .spending import limit_error
 from .state import JSON, PendingCall
 from .usage import step_usage
 
@@ -48,6 +49,8 @@ async def _picked_up(engine: Engine, run: Run) -> None:
 
 
 async def _turn(engine: Engine, run: Run) -> None:
+    if _stopped_by_limit(engine, run):
+        return
     try:
         script = parse(engine.scripted(run.prompt))
         _check_declared(run, script)
@@ -76,6 +79,14 @@ async def _turn(engine: Engine, run: Run) -> None:
     await _answer(engine, run, script, outcomes, ran_server)
 
 
+def _stopped_by_limit(engine: Engine, run: Run) -> bool:
+    """Before a model step: past the user's usage limit, the turn ends in ``usage_limit``."""
+    figures = engine.over_limit()
+    if figures is not None:
+        engine.fail_turn(run.chat, limit_error(figures))
+    return figures is not None
+
+
 def _check_declared(run: Run, script: Script) -> None:
     # A model can only call client tools the chat declared; say so rather than pause forever.
     declared = {t["name"] for t in run.chat.dynamic_tools}
@@ -89,6 +100,8 @@ def _check_declared(run: Run, script: Script) -> None:
 async def _answer(
     engine: Engine, run: Run, script: Script, outcomes: list[ToolOutcome], ran: list[ToolCall]
 ) -> None:
+    if _stopped_by_limit(engine, run):
+        return
     text = _compose(script, outcomes, ran)
     count = script.deltas or engine.config.default_deltas
     await _stream_text(engine, run, text, count)

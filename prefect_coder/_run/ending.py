@@ -64,13 +64,16 @@ async def reopen_chat(run: WorkflowRun, chat_id: str, report: Callable[[str], No
         report(f"Chat {chat_id} was archived when workflow {run.workflow_id} ended; reopened.")
 
 
-async def end_failed_workflow(run: WorkflowRun, log: LoggingAdapter) -> bool:
-    """The workflow's run failed for good: archive its chat if asked, and mark it FAILED;
-    ``False`` when a newer run owns the workflow by then (nothing is done).
+async def end_failed_workflow(
+    run: WorkflowRun, log: LoggingAdapter, state: WorkflowState = WorkflowState.FAILED
+) -> bool:
+    """The workflow's run failed for good (or it went over budget): archive its chat if
+    asked, and mark it ``state``; ``False`` when a newer run owns the workflow by then
+    (nothing is done).
 
-    Marking it FAILED must not depend on anything else working: not on Coder
-    answering, not on the first try of the store. The sweep never relaunches a
-    FAILED workflow, and retires a chat left behind here.
+    Marking it must not depend on anything else working: not on Coder answering, not
+    on the first try of the store. The sweep never relaunches a workflow that ended so,
+    and retires a chat left behind here.
     """
     workflow_id = run.workflow_id
     if not await run.retried(run.guard.holds):
@@ -81,6 +84,7 @@ async def end_failed_workflow(run: WorkflowRun, log: LoggingAdapter) -> bool:
             await run.retried(lambda: retire_workflow_chat(run, log.info))
         except (CoderError, TimeoutError) as exc:
             log.warning(f"Could not archive the chat of workflow {workflow_id}: {exc}")
-    await finish_workflow(run, WorkflowState.FAILED)
-    log.info(f"Workflow {workflow_id} is marked failed; the sweep will not relaunch it.")
+    await finish_workflow(run, state)
+    said = "failed" if state == WorkflowState.FAILED else str(state).replace("-", " ")
+    log.info(f"Workflow {workflow_id} is marked {said}; the sweep will not relaunch it.")
     return True

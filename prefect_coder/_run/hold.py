@@ -27,6 +27,7 @@ from prefect.logging.loggers import LoggingAdapter
 from prefect.runtime import flow_run as current_flow_run
 
 from coder_chat import CoderConfigError, CoderError, CoderStoreError, is_retryable
+from coder_chat.durable.budget import OverBudget
 from coder_chat.durable.context import StepTools
 from coder_chat.durable.records import AfterSteps, PromptChanged, WorkflowState
 from coder_chat.durable.step import StepResult, check_sent_prompt, labelled_chats
@@ -43,6 +44,7 @@ from prefect_coder._run.logs import run_log
 from prefect_coder._run.marks import (
     end_cancelled_run,
     end_lost,
+    end_over_budget_run,
     end_superseded,
     marked_superseded,
     supersede,
@@ -70,12 +72,20 @@ from prefect_coder._run.workflow import (
     take_epoch,
 )
 from prefect_coder.blocks import CoderCredentials
-from prefect_coder.exceptions import StoreLost, Superseded, WorkflowCancelled, WorkflowFinished
+from prefect_coder.exceptions import (
+    StoreLost,
+    Superseded,
+    WorkflowCancelled,
+    WorkflowFinished,
+    WorkflowOverBudget,
+)
 from prefect_coder.imports import ToolLike, resolve_tools
 from prefect_coder.settings import WorkflowSettings
 
 #: Ends a person may carry a workflow on from (``prefect-coder workflows resume``).
-ENDED_BY_FAILURE = frozenset({WorkflowState.FAILED, WorkflowState.CANCELLED})
+ENDED_BY_FAILURE = frozenset(
+    {WorkflowState.FAILED, WorkflowState.CANCELLED, WorkflowState.OVER_BUDGET}
+)
 
 
 class Hold:
@@ -329,6 +339,8 @@ class Hold:
                 raise
         elif isinstance(exc, FencedOut):
             await self._superseded(exc, log)
+        elif isinstance(exc, OverBudget):
+            await self._over_budget(exc, log)
         elif isinstance(exc, Exception) and not _will_retry():
             await self._failed(exc, log)
         # Anything else ends nothing: a crash, a cancellation, a pause or suspension
@@ -347,6 +359,24 @@ class Hold:
             ended = False
         if not ended:  # a newer run took the workflow while this one was ending it
             await self._superseded(exc, log)
+
+    async def _over_budget(self, exc: OverBudget, log: LoggingAdapter) -> None:
+        """The workflow reached a limit: archived and stored over budget, and (a run of its
+        own) the run ended *Cancelled: Over budget*; it takes no further turn and nothing
+        relaunches it. Not retried: the same limit stops it again."""
+        if await self._was_superseded():
+            await self._superseded(exc, log)
+        try:
+            ended = await end_failed_workflow(self.run, log, WorkflowState.OVER_BUDGET)
+        except FencedOut:
+            ended = False
+        if not ended:
+            await self._superseded(exc, log)
+        run_id = current_flow_run.id
+        if not self.owns_run or not run_id:
+            raise exc
+        await end_over_budget_run(run_id, exc.why, log)
+        raise WorkflowOverBudget(str(exc)) from exc
 
     def _left_as_it_was(self, began: Began) -> str:
         """What a refused run says of the workflow it was refused for."""

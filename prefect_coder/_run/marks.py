@@ -17,6 +17,8 @@ from prefect.states import Cancelled, Crashed
 
 #: The name of the state a replaced run ends in (a kind of Cancelled).
 SUPERSEDED = "Superseded"
+#: The name of the state a run ends in when its workflow reached a limit of its budget.
+OVER_BUDGET = "Over budget"
 
 
 #: States of a replaced run worth correcting: it never finished, so it looks alive or crashed.
@@ -107,6 +109,24 @@ async def end_superseded(this_run: str, successor: str | None, log: LoggingAdapt
         log.warning(f"Could not mark this run superseded ({exc}).")
         return
     log.warning(f"This run was superseded by run {name}; it stops here and does nothing more.")
+
+
+async def end_over_budget_run(this_run: str, why: str, log: LoggingAdapter) -> None:
+    """The run's workflow reached a limit and was ended for it: end the run Cancelled,
+    named "Over budget", with the limit and how to carry the workflow on."""
+    message = (
+        f"Over budget: {why}. Its chat is archived and nothing relaunches it; resume it "
+        "with a higher limit (prefect-coder workflows resume … --max-tokens …) to carry it on."
+    )
+    try:
+        async with get_client() as client:
+            await client.set_flow_run_state(
+                UUID(this_run), Cancelled(name=OVER_BUDGET, message=message), force=True
+            )
+    except Exception as exc:  # noqa: BLE001 - the store already says it is over budget
+        log.warning(f"Could not mark this run over budget ({exc}).")
+        return
+    log.warning(message)
 
 
 async def end_cancelled_run(this_run: str, workflow_id: str, log: LoggingAdapter) -> None:

@@ -32,6 +32,7 @@ from coder_chat.durable.records import (
 )
 from coder_chat.durable.step import StepResult
 from coder_chat.durable.store import FencedOut
+from coder_chat.protocol.usage import UsageTotals
 from prefect_coder._run.runtime import Ledger, Runtime, with_retries
 from prefect_coder.blocks import CoderCredentials
 from prefect_coder.settings import WorkflowSettings
@@ -253,7 +254,9 @@ async def record_cached_step(run: WorkflowRun, prompt: str, result: StepResult) 
         notes=[*result.notes, "recorded from Prefect's result cache"],
         usage=result.usage,
     )
-    await run.retried(lambda: store.complete_step(run.fence, record))
+    workflow = await run.retried(lambda: store.get_workflow(tenant, wid))
+    spent = (workflow.spent if workflow else UsageTotals()) + result.usage
+    await run.retried(lambda: store.complete_step(run.fence, record, spent))
 
 
 #: How a step can have finished when it was run (a cached "stored" answer ran earlier).

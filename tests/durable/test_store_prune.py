@@ -180,6 +180,7 @@ async def test_a_bad_cutoff_is_refused(store: DurableStore) -> None:
         WorkflowState.FINISHED,
         WorkflowState.FAILED,
         WorkflowState.CANCELLED,
+        WorkflowState.OVER_BUDGET,
     )
 
 
