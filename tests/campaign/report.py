@@ -28,7 +28,7 @@ def summary_line(results: Sequence[ScheduleResult]) -> str:
         f"unwanted effects {counts['unwanted effects']}, lost results {counts['lost results']}, "
         f"resent finished steps {counts['resent finished steps']}, "
         f"live orphans {counts['live orphans']}, token leaks {counts['token leaks']}, "
-        f"people's actions {people}); "
+        f"people's actions {people}, miscounted usage {counts['miscounted usage']}); "
         f"late duplicates {late}, cut-short resubmissions {cut}; {people_line(results)}"
     )
 

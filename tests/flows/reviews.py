@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from prefect import flow
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 from prefect.client.schemas.objects import FlowRun
 from prefect.flow_engine import run_flow
 
@@ -14,6 +15,7 @@ from coder_chat.durable.records import WorkflowRecord
 from coder_chat.simulator import Simulator
 from prefect_coder import DurableChat
 from prefect_coder.operations import Runtime
+from prefect_coder.settings import WorkflowSettings
 
 FIRST = "Read the pull request"
 
@@ -30,8 +32,8 @@ class Crash(BaseException):
 
 
 @flow
-async def review(workflow_id: str) -> list[str]:
-    async with DurableChat(workflow_id) as chat:
+async def review(workflow_id: str, settings: WorkflowSettings | None = None) -> list[str]:
+    async with DurableChat(workflow_id, settings=settings) as chat:
         await chat.turn(FIRST)
         if AFTER_FIRST["do"] == "crash":
             raise Crash
@@ -47,11 +49,14 @@ async def deploy(name: str) -> Any:
     return await (await review.ato_deployment(name=name)).aapply()
 
 
-async def run_from_deployment(deployment_id: Any, workflow_id: str) -> FlowRun:
+async def run_from_deployment(
+    deployment_id: Any, workflow_id: str, settings: dict[str, Any] | None = None
+) -> FlowRun:
+    parameters: dict[str, Any] = {"workflow_id": workflow_id}
+    if settings is not None:
+        parameters["settings"] = settings
     async with get_client() as client:
-        return await client.create_flow_run_from_deployment(
-            deployment_id, parameters={"workflow_id": workflow_id}
-        )
+        return await client.create_flow_run_from_deployment(deployment_id, parameters=parameters)
 
 
 async def execute(run: FlowRun) -> Any:
@@ -74,3 +79,10 @@ async def crashed_run(deployment_id: Any, workflow_id: str) -> FlowRun:
         await execute(run)
     AFTER_FIRST["do"] = "go on"
     return run
+
+
+async def runs_tagged(tag: str) -> list[FlowRun]:
+    async with get_client() as client:
+        return await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag]))
+        )

@@ -13,8 +13,6 @@ from typing import Any
 
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
-from prefect.client.schemas.objects import FlowRun
 from prefect.states import Crashed, Running
 
 from coder_chat import CoderConfigError
@@ -33,6 +31,7 @@ from .reviews import (
     deploy,
     execute,
     run_from_deployment,
+    runs_tagged,
     stored,
 )
 from .support import sent
@@ -47,13 +46,6 @@ async def deployment(coder_env: Path) -> Any:
 
 def store_of(sim: Simulator) -> tuple[DurableStore, str]:
     return Runtime.from_blocks().store, str(sim.organization_id)
-
-
-async def runs_tagged(tag: str) -> list[FlowRun]:
-    async with get_client() as client:
-        return await client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag]))
-        )
 
 
 async def test_a_cancelled_workflow_whose_run_is_gone_is_resumed_to_its_end(
