@@ -1,7 +1,7 @@
 """``prune_workflows``: clear out workflows that ended long ago.
 
 Run it on a schedule (``deployments/prefect.yaml`` runs it once a day). It deletes the
-workflows that ended (finished, failed or cancelled) more than ``older_than_days`` ago,
+workflows that ended (finished, failed, cancelled or over budget) more than ``older_than_days`` ago,
 with their steps, chats' journal rows and tool ledger entries; a running workflow is
 never touched. ``prefect-coder workflows prune`` does the same from a shell.
 """
@@ -14,13 +14,13 @@ from prefect import flow
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from prefect_coder.tasks.prune import prune_ended_workflows
 
-EndedState = Literal["finished", "failed", "cancelled"]
+EndedState = Literal["finished", "failed", "cancelled", "over-budget"]
 
 
 @flow(name="prune-workflows")
 async def prune_workflows(
     older_than_days: float = 30,
-    states: Sequence[EndedState] = ("finished", "failed", "cancelled"),
+    states: Sequence[EndedState] = ("finished", "failed", "cancelled", "over-budget"),
     deployment: str | None = None,
     dry_run: bool = False,
     organization_id: str = "",
@@ -32,7 +32,7 @@ async def prune_workflows(
     Args:
         older_than_days: Keep workflows that ended more recently than this (days; 0.5 is
             12 hours).
-        states: Which ended workflows to delete: finished, failed, cancelled.
+        states: Which ended workflows to delete: finished, failed, cancelled, over-budget.
         deployment: Only the workflows of this durable-chat deployment (none: all).
         dry_run: Only report what would be deleted.
         organization_id: Whose workflows (empty: the credentials' organization, or

@@ -53,8 +53,10 @@ def test_the_sentence() -> None:
     assert prune_sentence([], month, ["failed", "cancelled"]) == (
         "Removed no failed or cancelled workflows: none ended more than 30 days ago."
     )
-    assert prune_sentence(["a"], month, ["finished", "failed", "cancelled"]).startswith(
-        "Removed 1 workflow that"
+    every = ["finished", "failed", "cancelled", "over-budget"]
+    assert prune_sentence(["a"], month, every).startswith("Removed 1 workflow that")
+    assert prune_sentence(["a"], month, every[:3]).startswith(
+        "Removed 1 finished or failed or cancelled workflow that"
     )
     many = [f"wf-{i}" for i in range(NAMED + 5)]
     assert prune_sentence(many, month).endswith(f"wf-{NAMED - 1} and 5 more.")
