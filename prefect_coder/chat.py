@@ -38,9 +38,10 @@ from pydantic import BaseModel
 from coder_chat import CoderConfigError
 from coder_chat.durable.records import StepRecord
 from coder_chat.durable.step import StepResult, check_same_prompt
+from coder_chat.protocol.usage import UsageTotals
 from prefect_coder._run.hold import Hold, log_here
 from prefect_coder._run.runtime import Ledger, checked_blocks
-from prefect_coder._run.story import step_line
+from prefect_coder._run.story import step_line, workflow_usage
 from prefect_coder._run.task_policy import tuned
 from prefect_coder._run.workflow import WorkflowRun, record_cached_step
 from prefect_coder.blocks import CoderCredentials
@@ -143,8 +144,14 @@ class DurableChat:
         """The flow run that held the workflow before this one, while it was running."""
         return self._hold.previous_run
 
+    @property
+    def usage(self) -> UsageTotals:
+        """What the workflow used so far: its steps' usage, and, once it finished here,
+        what its chat ran after the last of them."""
+        return workflow_usage(self._hold.results, self._hold.after_steps)
+
     def summary(self) -> str:
-        """``3 step(s), 3 ran; its chat … is archived``: how the workflow ended here."""
+        """``3 step(s), 3 ran; it used …; its chat … is archived``: how the workflow ended here."""
         return self._hold.summary()
 
     # -- begin and end ------------------------------------------------------------------

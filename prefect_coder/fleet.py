@@ -28,8 +28,10 @@ from prefect.concurrency.asyncio import concurrency
 from prefect.runtime import flow_run as current_flow_run
 
 from coder_chat import CoderConfigError
+from coder_chat.durable.budget import OverBudget
 from coder_chat.durable.step import StepResult
 from coder_chat.durable.store import FencedOut
+from coder_chat.protocol.usage import UsageTotals
 from prefect_coder._run.artifacts import Progress
 from prefect_coder._run.heap import heap_frozen
 from prefect_coder._run.logs import run_log
@@ -70,6 +72,10 @@ class _Outcomes:
     #: Workflows that lost the store through every retry: left running, marked nothing.
     lost: dict[str, str] = field(default_factory=dict)
     superseded: list[FencedOut] = field(default_factory=list)
+    #: Workflows that reached a limit of their budget (or Coder's): ended, not failed.
+    over_budget: dict[str, str] = field(default_factory=dict)
+    #: What each workflow used that finished or went over budget here.
+    used: dict[str, UsageTotals] = field(default_factory=dict)
     #: Runs this one replaced, each marked superseded once (the whole fleet ran there).
     replaced: set[str] = field(default_factory=set)
 
@@ -152,12 +158,16 @@ class DurableFleet:
             outcomes.lost[workflow_id] = str(exc)
             await progress.advance(f"{workflow_id}: left running (lost the store)")
             return
+        except OverBudget as exc:
+            outcomes.over_budget[workflow_id], outcomes.used[workflow_id] = exc.why, chat.usage
+            await progress.advance(f"{workflow_id}: over budget ({exc.why})")
+            return
         except Exception as exc:  # noqa: BLE001 - one workflow's failure must not stop the others
             why = str(exc) or type(exc).__name__
             outcomes.failed[workflow_id] = why
             await progress.advance(f"{workflow_id}: failed ({why})")
             return
-        outcomes.results[workflow_id] = chat.results
+        outcomes.results[workflow_id], outcomes.used[workflow_id] = chat.results, chat.usage
         await progress.advance(f"{workflow_id}: {chat.summary()}")
 
     def _chat(self, workflow_id: str, expected_turns: int | None) -> DurableChat:
@@ -184,15 +194,18 @@ class DurableFleet:
 
     async def _end(self) -> None:
         outcomes, log = self._outcomes, run_log()
-        await self._entered_progress().flush(finished=True)
+        used = sum(outcomes.used.values(), UsageTotals())
+        footer = f"In all, the workflows used {used.describe()}." if used.messages else None
+        await self._entered_progress().end(footer)
         if outcomes.superseded and self._this_run:
             await end_superseded(self._this_run, None, log)
             raise Superseded(str(outcomes.superseded[0]))
         await self._end_if_lost()
         total = len(self.workflow_ids)
+        over = f", {len(outcomes.over_budget)} over budget" if outcomes.over_budget else ""
         log.info(
             f"{len(outcomes.results)} of {total} workflow(s) finished, "
-            f"{len(outcomes.failed)} failed."
+            f"{len(outcomes.failed)} failed{over}."
         )
         if outcomes.failed:
             raise FleetFailed(outcomes.failed, total)

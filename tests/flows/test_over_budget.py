@@ -13,17 +13,21 @@ from typing import Any
 
 import pytest
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 from prefect.client.schemas.objects import StateType
 
 from coder_chat.durable.records import WorkflowState
 from coder_chat.simulator import Simulator
 from prefect_coder.exceptions import WorkflowOverBudget
+from prefect_coder.flows.durable_chats import WorkflowSpec, durable_chats
 from prefect_coder.flows.orphan_sweep import orphan_sweep
 from prefect_coder.operations import Runtime, resume_workflow
+from prefect_coder.settings import WorkflowSettings
+from tests.lab.truth import committed_usage
 from tests.names import workflow_tag
 
 from .reviews import SECOND, deploy, execute, run_from_deployment, runs_tagged, stored
-from .support import sent
+from .support import run_logs, sent
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.timeout(120)]
 
@@ -87,3 +91,35 @@ async def test_coders_usage_limit_stops_it_with_coders_figures_and_nothing_relau
     assert swept["stranded"] == 0 and swept["relaunched"] == 0, swept
     assert len(await runs_tagged(workflow_tag(wid))) == 1
     assert [r.status for r in sim.records.requests if r.route == "send_message"] == [409]
+
+
+async def test_a_fleet_counts_its_workflows_over_budget_apart_and_goes_on(
+    sim: Simulator, coder_env: Path
+) -> None:
+    specs = [WorkflowSpec(workflow_id=f"capped-{i}", prompts=["plan it", "do it"]) for i in (1, 2)]
+    state = await durable_chats(
+        workflows=specs, settings=WorkflowSettings(max_turns=1), return_state=True
+    )
+    assert state.is_completed(), state  # over budget is an end, not a failure
+    run_id = state.state_details.flow_run_id
+    assert run_id is not None
+    async with get_client() as client:
+        said = [g.message for g in await run_logs(client, run_id)]
+        [progress] = [
+            a
+            for a in await client.read_artifacts(
+                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[run_id]))
+            )
+            if a.type == "progress"
+        ]
+    assert "0 of 2 workflow(s) finished, 0 failed, 2 over budget." in said, said
+    lines = (progress.description or "").splitlines()
+    for i in (1, 2):
+        assert f"- capped-{i}: over budget (it finished 1 turn(s), its limit is 1 " in "\n".join(
+            lines
+        ), lines
+    chats = [
+        c for c in sim.chats() if c.labels.get("prefect-coder/workflow", "").startswith("capped")
+    ]
+    assert lines[-1] == f"In all, the workflows used {committed_usage(chats).describe()}."
+    assert all(c.archived for c in chats) and len(chats) == 2

@@ -188,6 +188,8 @@ async def test_a_run_of_many_workflows_names_them_in_its_name_and_every_line(
         used = committed_usage([sim.chat(chat)]).describe()  # both steps, as Coder reported
         said = f"- many-{i}: 2 step(s), 2 ran; it used {used}; its chat {chat} is archived"
         assert said in ended, ended
+    fleet = committed_usage(sim.chat(results[f"many-{i}"][-1].chat_id) for i in range(3))
+    assert ended[-1] == f"In all, the workflows used {fleet.describe()}.", ended
     assert not [line for line in info if "is finished" in line], info  # not a line each
 
 
