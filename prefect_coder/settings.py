@@ -45,6 +45,11 @@ class TaskSettings(BaseModel):
         return {"retries": self.retries, "retry_delay_seconds": self.delays()}
 
 
+def _limit(title: str, description: str) -> Any:
+    """A budget's field: a positive number, empty (no limit) unless set."""
+    return Field(default=None, gt=0, title=title, description=f"{description} Empty: no limit.")
+
+
 class WorkflowSettings(BaseModel):
     """The chat's setup and each step's limits; every field has a default that serves."""
 
@@ -107,31 +112,16 @@ class WorkflowSettings(BaseModel):
             "calls and its outcome, reconnects, the reply (shortened). Off for large fleets."
         ),
     )
-    max_tokens: int | None = Field(
-        default=None,
-        gt=0,
-        title="Token budget",
-        description=(
-            "Tokens the workflow's turns may use in all, over every run (input, cached or "
-            "not, and output). Once reached it takes no further turn: it ends Over budget, "
-            "its chat archived. Empty: no limit."
-        ),
+    max_tokens: int | None = _limit(
+        "Token budget",
+        "Tokens the workflow's turns may use in all, over every run (input, cached or not, and "
+        "output). Once reached it takes no further turn: it ends Over budget, its chat archived.",
     )
-    max_cost_micros: int | None = Field(
-        default=None,
-        gt=0,
-        title="Cost budget (micros)",
-        description=(
-            "What its turns may cost in all, in millionths of a dollar, where Coder reports "
-            "cost. Empty: no limit."
-        ),
+    max_cost_micros: int | None = _limit(
+        "Cost budget (micros)",
+        "What its turns may cost in all, in millionths of a dollar, where Coder reports cost.",
     )
-    max_turns: int | None = Field(
-        default=None,
-        gt=0,
-        title="Turn budget",
-        description="How many turns it may take in all. Empty: no limit.",
-    )
+    max_turns: int | None = _limit("Turn budget", "How many turns it may take in all.")
 
     tasks: TaskSettings = Field(
         default_factory=TaskSettings,

@@ -32,7 +32,7 @@ class Budget:
             return f"it finished {finished} turn(s), its limit is {self.max_turns} (max_turns)"
         if self.max_tokens is not None and spent.tokens >= self.max_tokens:
             return f"it used {spent.tokens:,} tokens, its limit is {self.max_tokens:,} (max_tokens)"
-        cost, limit = spent.cost_micros, self.max_cost_micros
+        cost, limit = spent.total_cost_micros, self.max_cost_micros
         if limit is not None and cost is not None and cost >= limit:
             return f"it cost {dollars(cost)}, its limit is {dollars(limit)} (max_cost_micros)"
         return None

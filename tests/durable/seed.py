@@ -54,7 +54,7 @@ async def seed_workflow(
                     messages=step,
                     input_tokens=100 * step,
                     output_tokens=10 * step,
-                    cost_micros=1000 * step,
+                    total_cost_micros=1000 * step,
                 ),
             ),
         )

@@ -15,8 +15,7 @@ async def test_past_the_limit_new_chats_and_prompts_are_refused_with_coders_figu
 ) -> None:
     sim.config.cost_micros_per_token = 1000
     async with Wire(sim) as wire:
-        chat_id = str((await wire.create("spend something"))["id"])
-        await sim.wait_for_status(chat_id, "waiting")
+        chat_id = await wire.create_settled("spend something")
         spent = sum(
             m.usage["total_cost_micros"]
             for m in sim.chat(chat_id).messages
@@ -70,9 +69,7 @@ async def test_a_running_turn_past_the_limit_ends_in_a_usage_limit_error(sim: Si
 async def test_a_chats_cost_sums_its_messages(sim: Simulator) -> None:
     sim.config.cost_micros_per_token = 3
     async with Wire(sim) as wire:
-        created = await wire.create('look it up /server-tool search {"q": "refunds"}')
-        chat_id = str(created["id"])
-        await sim.wait_for_status(chat_id, "waiting")
+        chat_id = await wire.create_settled('look it up /server-tool search {"q": "refunds"}')
         response = await wire.http.get(f"{wire.prefix}/{chat_id}/cost")
     assert response.status_code == 200, response.text
     cost = response.json()

@@ -45,9 +45,7 @@ async def test_each_step_spends_output_and_reads_a_growing_conversation(sim: Sim
 async def test_a_priced_simulator_reports_each_steps_cost(sim: Simulator) -> None:
     sim.config.cost_micros_per_token = 3
     async with Wire(sim) as wire:
-        created = await wire.create("what does it cost")
-        chat_id = str(created["id"])
-        await sim.wait_for_status(chat_id, "waiting")
+        chat_id = await wire.create_settled("what does it cost")
         [usage] = await assistant_usages(wire, chat_id)
     read_and_written = usage["total_tokens"] + usage["cache_read_tokens"]
     assert usage["total_cost_micros"] == 3 * read_and_written > 0

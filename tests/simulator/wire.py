@@ -52,6 +52,12 @@ class Wire:
         body: dict[str, Any] = response.json()
         return body
 
+    async def create_settled(self, text: str, **extra: Any) -> str:
+        """A new chat whose first turn has ended (``waiting``): its id."""
+        chat_id = str((await self.create(text, **extra))["id"])
+        await self.sim.wait_for_status(chat_id, "waiting")
+        return chat_id
+
     async def send(self, chat_id: str, text: str, **extra: Any) -> httpx.Response:
         body = {"content": [{"type": "text", "text": text}], **extra}
         return await self.http.post(f"{self.prefix}/{chat_id}/messages", json=body)

@@ -117,3 +117,11 @@ async def crashed_attempt(
 
 async def user_messages(client: ChatClient, chat_id: str) -> list[ChatMessage]:
     return [m async for m in client.iter_messages(chat_id) if m.role == "user"]
+
+
+async def first_step(
+    client: ChatClient, store: DurableStore, fence: Fence, options: DurableOptions = FAST
+) -> StepResult:
+    """Step 1 of ``fence``'s workflow, "plan it", run to its end."""
+    ctx = StepContext.fenced(client, store, fence, fence.workflow_id, 1, StepTools(), options)
+    return await run_step(ctx, StepSpec(prompt="plan it"))

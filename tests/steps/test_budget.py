@@ -52,7 +52,11 @@ async def test_a_step_past_a_limit_is_not_taken(
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         measured = await steps(client, store, await store.begin_run(tenant, "wf-free"), FAST, 2)
         two = measured[0].usage + measured[1].usage
-        reached = {"max_turns": 2, "max_tokens": two.tokens, "max_cost_micros": two.cost_micros}
+        reached = {
+            "max_turns": 2,
+            "max_tokens": two.tokens,
+            "max_cost_micros": two.total_cost_micros,
+        }
         options = with_budget(**{limit: reached[limit]})
         fence = await store.begin_run(tenant, f"wf-{limit}")
         await steps(client, store, fence, options, 2)
@@ -73,12 +77,12 @@ async def test_coders_usage_limit_stops_the_step_with_its_figures_and_sends_once
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-coder")
         [first] = await steps(client, store, fence, FAST, 1)
-        sim.config.usage_limit_micros = first.usage.cost_micros or 0
+        sim.config.usage_limit_micros = first.usage.total_cost_micros or 0
         before = sends(sim)
         with pytest.raises(OverBudget, match="Coder's usage limit is reached") as stopped:
             await steps(client, store, fence, FAST, 2)
         chat = await client.get_chat(first.chat_id)
-    spent = f"${(first.usage.cost_micros or 0) / 1_000_000:,.4f}"
+    spent = f"${(first.usage.total_cost_micros or 0) / 1_000_000:,.4f}"
     assert f"(spent {spent} of {spent}; it resets at " in str(stopped.value)
     assert stopped.value.resets_at is not None
     assert sends(sim) == before + 1  # refused once, never sent again

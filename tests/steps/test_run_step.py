@@ -27,10 +27,19 @@ from coder_chat.durable.step import StepResult, StepSpec, run_step
 from coder_chat.durable.tools import durable_tool
 from coder_chat.errors import CoderToolError
 from coder_chat.simulator import Simulator, SimulatorConfig, serve_simulator
+from tests.lab.truth import committed_usage
 from tests.sim_timings import fast_config
 from tests.simulator.wire import Wire
 
-from .support import CHARGES, FAST, charge_card, crashed_attempt, step_chat, user_messages
+from .support import (
+    CHARGES,
+    FAST,
+    charge_card,
+    crashed_attempt,
+    first_step,
+    step_chat,
+    user_messages,
+)
 
 
 async def test_three_steps_then_a_rerun_comes_from_the_store(
@@ -89,10 +98,7 @@ async def test_a_finished_attempt_whose_result_was_lost_is_recovered(
     tenant = str(sim.organization_id)
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-lost")
-        first = await run_step(
-            StepContext.fenced(client, store, fence, "wf-lost", 1, StepTools(), FAST),
-            StepSpec(prompt="plan it"),
-        )
+        first = await first_step(client, store, fence)
         ctx = StepContext.fenced(client, store, fence, "wf-lost", 2, StepTools(), FAST)
         await crashed_attempt(client, store, ctx, first.chat_id, "summarise")
         await sim.wait_for_status(first.chat_id, "waiting")
@@ -101,6 +107,9 @@ async def test_a_finished_attempt_whose_result_was_lost_is_recovered(
     assert recovered.verdict == "recovered"
     assert recovered.text == 'You said: "[wf-lost/step-2] summarise"'
     assert len(users) == 2  # nothing was sent again
+    # What the attempt used is counted once, from the chat: the two steps, the chat's all.
+    assert recovered.usage.messages == 1
+    assert first.usage + recovered.usage == committed_usage([sim.chat(first.chat_id)])
     stored = await store.get_step(tenant, "wf-lost", 2)
     assert stored is not None and stored.verdict == "recovered"
 
@@ -111,10 +120,7 @@ async def test_a_live_run_left_by_a_crash_is_left_to_finish(
     tenant = str(sim.organization_id)
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-live")
-        first = await run_step(
-            StepContext.fenced(client, store, fence, "wf-live", 1, StepTools(), FAST),
-            StepSpec(prompt="plan it"),
-        )
+        first = await first_step(client, store, fence)
         ctx = StepContext.fenced(client, store, fence, "wf-live", 2, StepTools(), FAST)
         await crashed_attempt(client, store, ctx, first.chat_id, "work slowly /sleep 0.5")
         assert sim.chat(first.chat_id).status == "running"
@@ -130,18 +136,19 @@ async def test_a_live_run_past_the_settle_budget_is_cut_and_resubmitted(
     impatient = replace(FAST, settle_timeout=0.3)
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-slow")
-        first = await run_step(
-            StepContext.fenced(client, store, fence, "wf-slow", 1, StepTools(), impatient),
-            StepSpec(prompt="plan it"),
-        )
+        first = await first_step(client, store, fence, impatient)
         ctx = StepContext.fenced(client, store, fence, "wf-slow", 2, StepTools(), impatient)
-        sim.script("stall", "/sleep 30", times=1)  # the crashed attempt's run stalls
+        # The crashed attempt's run writes a step (a tool Coder runs), then stalls.
+        sim.script("stall", '/server-tool read_file {"path": "a"} /sleep 30', times=1)
         await crashed_attempt(client, store, ctx, first.chat_id, "stall")
         again = await run_step(ctx, StepSpec(prompt="stall"))
         users = await user_messages(client, first.chat_id)
     assert again.verdict == "resubmitted"
     assert [i.status_before for i in sim.records.interrupts] == ["running"]
     assert len(users) == 3 and again.text == 'You said: "[wf-slow/step-2] stall"'
+    # Both attempts are counted, each message once: the cut one's step and the resend's.
+    assert again.usage.messages == 2
+    assert first.usage + again.usage == committed_usage([sim.chat(first.chat_id)])
 
 
 async def test_a_lost_stream_keeps_the_chat_and_the_retry_recovers_the_turn(
@@ -381,10 +388,7 @@ async def test_a_recovery_read_that_runs_out_of_time_can_be_retried(
     tenant = str(sim.organization_id)
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-slow-read")
-        first = await run_step(
-            StepContext.fenced(client, store, fence, "wf-slow-read", 1, StepTools(), FAST),
-            StepSpec(prompt="plan it"),
-        )
+        first = await first_step(client, store, fence)
         tight = replace(FAST, chat=replace(FAST.chat, interrupt_timeout=0.3))
         ctx = StepContext.fenced(client, store, fence, "wf-slow-read", 2, StepTools(), tight)
         await crashed_attempt(client, store, ctx, first.chat_id, "summarise")
@@ -432,10 +436,7 @@ async def test_a_send_in_flight_that_lands_early_ends_the_wait_for_it(
     tenant = str(sim.organization_id)
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-early")
-        first = await run_step(
-            StepContext.fenced(client, store, fence, "wf-early", 1, StepTools(), FAST),
-            StepSpec(prompt="plan it"),
-        )
+        first = await first_step(client, store, fence)
         ctx = StepContext.fenced(client, store, fence, "wf-early", 2, StepTools(), FAST)
         far = utcnow() + timedelta(minutes=10)
         entry = JournalEntry(state="submitting", marker=ctx.marker, attempt=0, horizon=far)
@@ -519,10 +520,7 @@ async def test_a_timeout_whose_interrupt_found_nothing_running_is_recovered_not_
     tenant = str(sim.organization_id)
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-idle")
-        first = await run_step(
-            StepContext.fenced(client, store, fence, "wf-idle", 1, StepTools(), FAST),
-            StepSpec(prompt="plan it"),
-        )
+        first = await first_step(client, store, fence)
         blind = replace(FAST, chat=replace(FAST.chat, request_timeout=0.5, redial_initial=5.0))
         ctx = StepContext.fenced(client, store, fence, "wf-idle", 2, StepTools(), blind)
         sim.faults.fail_next("stream", 503, count=50)

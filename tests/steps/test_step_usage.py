@@ -21,7 +21,7 @@ from coder_chat.simulator import Simulator
 from tests.lab.truth import committed_usage
 from tests.simulator.wire import Wire
 
-from .support import CHARGES, FAST, charge_card, crashed_attempt, step_chat
+from .support import CHARGES, FAST, charge_card, first_step, step_chat
 
 PAY = 'pay /tool charge_card {"amount_cents": 500}'
 
@@ -54,45 +54,10 @@ async def test_each_step_counts_its_own_stretch_and_the_steps_add_up_to_the_chat
     assert total(results) == committed(sim, chat_id)
     plan, pay, summary = (r.usage for r in results)
     assert (plan.messages, pay.messages, summary.messages) == (1, 2, 1)  # the call, the answer
-    assert all(u.output_tokens > 0 and u.cost_micros for u in (plan, pay, summary))
-    assert summary.cache_read_tokens > plan.cache_read_tokens  # the conversation grew
+    assert all((u.output_tokens or 0) > 0 and u.total_cost_micros for u in (plan, pay, summary))
+    assert (summary.cache_read_tokens or 0) > (plan.cache_read_tokens or 0)  # it grew
     assert (stored.verdict, stored.usage) == ("stored", pay)
     assert [s.usage for s in await store.list_steps(tenant, "wf-use")] == [plan, pay, summary]
-
-
-async def test_a_recovered_attempt_is_counted_once(sim: Simulator, store: SqliteStore) -> None:
-    tenant = str(sim.organization_id)
-    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
-        fence = await store.begin_run(tenant, "wf-rec")
-        first = await run_step(
-            StepContext.fenced(client, store, fence, "wf-rec", 1, StepTools(), FAST),
-            StepSpec(prompt="plan it"),
-        )
-        ctx = StepContext.fenced(client, store, fence, "wf-rec", 2, StepTools(), FAST)
-        await crashed_attempt(client, store, ctx, first.chat_id, "summarise")
-        await sim.wait_for_status(first.chat_id, "waiting")
-        recovered = await run_step(ctx, StepSpec(prompt="summarise"))
-    assert recovered.verdict == "recovered" and recovered.usage.messages == 1
-    assert first.usage + recovered.usage == committed(sim, first.chat_id)
-
-
-async def test_a_cut_short_attempt_and_its_resend_are_both_counted(
-    sim: Simulator, store: SqliteStore
-) -> None:
-    tenant = str(sim.organization_id)
-    impatient = replace(FAST, settle_timeout=0.3)
-    async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
-        fence = await store.begin_run(tenant, "wf-cut")
-        ctx = StepContext.fenced(client, store, fence, "wf-cut", 1, StepTools(), impatient)
-        first = await run_step(ctx, StepSpec(prompt="plan it"))
-        ctx = StepContext.fenced(client, store, fence, "wf-cut", 2, StepTools(), impatient)
-        # The crashed attempt writes a step (a tool call Coder runs), then stalls and is cut.
-        sim.script("stall", '/server-tool read_file {"path": "a"} /sleep 30', times=1)
-        await crashed_attempt(client, store, ctx, first.chat_id, "stall")
-        again = await run_step(ctx, StepSpec(prompt="stall"))
-    assert again.verdict == "resubmitted"
-    assert first.usage + again.usage == committed(sim, first.chat_id)
-    assert again.usage.messages >= 2  # the cut attempt's step, and the resend's answer
 
 
 async def test_a_timed_out_turn_and_the_retry_that_resends_it_are_both_counted(
@@ -124,10 +89,7 @@ async def test_a_step_on_a_chat_made_before_it_counts_from_where_the_last_step_e
     tenant = str(sim.organization_id)
     async with ChatClient(base_url=sim.base_url, token=sim.token) as client:
         fence = await store.begin_run(tenant, "wf-gap")
-        first = await run_step(
-            StepContext.fenced(client, store, fence, "wf-gap", 1, StepTools(), FAST),
-            StepSpec(prompt="plan it"),
-        )
+        first = await first_step(client, store, fence)
         # Something ran on the chat past step 1's end (a person's prompt in Coder's UI).
         await client.send_message(first.chat_id, "and another thing")
         await sim.wait_for_status(first.chat_id, "waiting")

@@ -114,7 +114,7 @@ async def test_show_json_has_every_record(
     assert [c["chat_id"] for c in shown["chats"]] == [chat_of("live")]
     assert shown["chats"][0]["journal"]["marker"] == "live/step-2"
     assert [s["usage"]["output_tokens"] for s in shown["steps"]] == [10, 20]
-    assert (shown["usage"]["messages"], shown["usage"]["cost_micros"]) == (3, 3000)
+    assert (shown["usage"]["messages"], shown["usage"]["total_cost_micros"]) == (3, 3000)
 
 
 async def test_prune_dry_run_then_prune(backend: Backend, cli: Cli, store_args: list[str]) -> None:
