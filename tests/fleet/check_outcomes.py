@@ -158,6 +158,24 @@ def _finished(ev: Evidence) -> list[FleetWorkflow]:
     ]
 
 
+def check_usage(ev: Evidence) -> Findings:
+    """A finished workflow's recorded usage (its steps', and what its chat ran after the
+    last) equals what the simulator's assistant messages on its chats reported, exactly."""
+    findings = Findings()
+    for workflow in _finished(ev):
+        wf = workflow.workflow_id
+        record = ev.workflows[wf]
+        assert record is not None  # finished
+        recorded, committed = record.usage(ev.steps[wf]), ev.truth.usage(wf)
+        if recorded != committed:
+            findings.add(
+                "miscounted usage",
+                f"{wf}: recorded {recorded.messages} model steps, {recorded.tokens} tokens; "
+                f"its chats committed {committed.messages}, {committed.tokens} tokens",
+            )
+    return findings
+
+
 def check_orphans(ev: Evidence) -> Findings:
     findings = Findings()
     for wf in ev.workflow_ids:

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from .check_fencing import check_fencing
-from .check_outcomes import check_charges, check_finished, check_orphans, check_results
+from .check_outcomes import (
+    check_charges,
+    check_finished,
+    check_orphans,
+    check_results,
+    check_usage,
+)
 from .check_people import check_people
 from .check_recovery import check_recovery
 from .check_resends import check_resends
@@ -17,6 +23,7 @@ CHECKS = (
     check_sweeps,
     check_charges,
     check_results,
+    check_usage,
     check_resends,
     check_orphans,
     check_fencing,

@@ -106,6 +106,7 @@ INVARIANTS: list[Category] = [
     "fenced run reached Coder",  # a superseded run reaches Coder with nothing
     "fenced run wrote",  # a superseded run writes nothing
     "superseded run's state",  # a superseded run ends marked superseded
+    "miscounted usage",  # what each workflow used is recorded exactly, across every fault
 ]
 
 

@@ -17,6 +17,8 @@ from typing import Any
 import httpx
 
 from coder_chat.durable.markers import LABEL_WORKFLOW, step_marker
+from coder_chat.protocol.models import Usage
+from coder_chat.protocol.usage import UsageTotals
 from tests.lab.truth import text_after_tools
 
 #: The client tools a lab chat declares: a step's answer is the text after the last call.
@@ -30,6 +32,8 @@ class Message:
     role: str
     content: tuple[dict[str, Any], ...]
     created_at: datetime
+    #: The usage Coder reported on an assistant message (the model step's).
+    usage: dict[str, Any] | None = None
 
     def text(self) -> str:
         return "".join(str(p.get("text", "")) for p in self.content if p.get("type") == "text")
@@ -68,6 +72,15 @@ class Truth:
 
     def workflow_chats(self, workflow_id: str) -> list[ChatTruth]:
         return [c for c in self.chats.values() if c.labels.get(LABEL_WORKFLOW) == workflow_id]
+
+    def usage(self, workflow_id: str) -> UsageTotals:
+        """What the assistant messages of the workflow's chats reported, summed."""
+        return UsageTotals.of(
+            None if m.usage is None else Usage.model_validate(m.usage)
+            for c in self.workflow_chats(workflow_id)
+            for m in c.messages
+            if m.role == "assistant"
+        )
 
     def prompts(self, workflow_id: str) -> list[Message]:
         """Every user message of the workflow's chats, oldest first."""
@@ -140,7 +153,14 @@ async def read_truth(base_url: str, token: str) -> Truth:
 
 def _chat(raw: dict[str, Any]) -> ChatTruth:
     messages = tuple(
-        Message(m["id"], raw["id"], m["role"], tuple(m["content"]), _time(m["created_at"]))
+        Message(
+            m["id"],
+            raw["id"],
+            m["role"],
+            tuple(m["content"]),
+            _time(m["created_at"]),
+            m.get("usage"),
+        )
         for m in raw["messages"]
         if m.get("visible", True)
     )

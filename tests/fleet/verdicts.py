@@ -20,6 +20,7 @@ Category = Literal[
     "superseded run's state",
     "sweep blocked",
     "people's actions",
+    "miscounted usage",
 ]
 CATEGORIES: tuple[Category, ...] = get_args(Category)
 
