@@ -3,7 +3,7 @@ reopened when a person resumes it, and a workflow that failed for good marked fa
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from prefect.logging.loggers import LoggingAdapter
 
@@ -12,6 +12,7 @@ from coder_chat.durable.markers import usage_after
 from coder_chat.durable.records import AfterSteps, WorkflowState
 from coder_chat.durable.retire import Retired, retire_checkpointed_chat
 from coder_chat.durable.step import StepResult
+from coder_chat.protocol.usage import UsageTotals
 from prefect_coder._run.workflow import WorkflowRun, finish_workflow
 
 
@@ -42,13 +43,20 @@ async def archive_idle_chat(run: WorkflowRun, chat_id: str) -> bool:
 
 
 async def after_last_step(
-    run: WorkflowRun, last: StepResult | None, archived: str | None
+    run: WorkflowRun, results: Sequence[StepResult], archived: str | None
 ) -> AfterSteps | None:
     """What the archived chat ran past the last step's stretch (a prompt of that step's
     that landed late, after it finished), so that the workflow's usage counts it; ``None``
-    when the chat is not the last step's or was not archived (it may still run)."""
+    when the chat is not the last step's or was not archived (it may still run).
+
+    A workflow's first run whose every turn it sent once and saw answered left no send in
+    flight that could land late: it asks nothing (a turn is its send and its stream).
+    """
+    last = results[-1] if results else None
     if last is None or archived is None or archived != last.chat_id:
         return None
+    if run.fence.epoch == 1 and all(r.verdict == "ran" for r in results):
+        return AfterSteps(step=last.step, usage=UsageTotals())
     cursor = last.last_seen_message_id or 0
     usage = await run.retried(lambda: usage_after(run.runtime.client, archived, cursor))
     return AfterSteps(step=last.step, usage=usage)

@@ -393,8 +393,7 @@ class Hold:
         archived = None
         if run.workflow.settings.archive_at_end:
             archived = await run.retried(lambda: self._archive(log))
-        last = self.results[-1] if self.results else None
-        self.after_steps = await after_last_step(run, last, archived)
+        self.after_steps = await after_last_step(run, self.results, archived)
         used = workflow_usage(self.results, self.after_steps)
         if self.owns_run and self.results:
             await publish_transcript(self.workflow_id, self.prompts, self.results, used, log)

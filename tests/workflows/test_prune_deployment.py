@@ -42,5 +42,5 @@ def test_the_flows_parameters_read_well_in_the_run_form() -> None:
     schema = parameter_schema(prune_workflows.fn).model_dump_for_openapi()
     properties = schema["properties"]
     assert properties["older_than_days"]["default"] == 30
-    assert properties["states"]["default"] == ["finished", "failed", "cancelled"]
+    assert properties["states"]["default"] == ["finished", "failed", "cancelled", "over-budget"]
     assert "running" not in str(properties["states"])
