@@ -51,11 +51,14 @@ class OverBudget(CoderError):
         step: int,
         why: str,
         *,
+        by_coder: bool = False,
         resets_at: datetime | None = None,
     ) -> None:
         self.workflow_id = workflow_id
         self.step = step
         self.why = why
+        #: Coder's usage limit stopped it (not the workflow's own budget).
+        self.by_coder = by_coder
         self.resets_at = resets_at
         super().__init__(f"workflow {workflow_id!r} stopped over budget at step {step}: {why}")
 
@@ -64,10 +67,12 @@ class OverBudget(CoderError):
         """Coder's refusal (a 409 past the usage limit, or a turn it ended with kind
         ``usage_limit``) as the workflow's stop, with Coder's figures; ``None`` otherwise."""
         if isinstance(exc, CoderUsageLimitError):
-            return cls(workflow_id, step, _coder_words(exc), resets_at=exc.resets_at)
+            words = _coder_words(exc)
+            return cls(workflow_id, step, words, by_coder=True, resets_at=exc.resets_at)
         if isinstance(exc, CoderChatError) and exc.kind == "usage_limit":
             said = f"; {exc.detail}" if exc.detail else ""
-            return cls(workflow_id, step, f"Coder's usage limit is reached ({exc.message}{said})")
+            words = f"Coder's usage limit is reached ({exc.message}{said})"
+            return cls(workflow_id, step, words, by_coder=True)
         return None
 
 

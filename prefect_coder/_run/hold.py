@@ -375,7 +375,7 @@ class Hold:
         run_id = current_flow_run.id
         if not self.owns_run or not run_id:
             raise exc
-        await end_over_budget_run(run_id, exc.why, log)
+        await end_over_budget_run(run_id, exc, log)
         raise WorkflowOverBudget(str(exc)) from exc
 
     def _left_as_it_was(self, began: Began) -> str:

@@ -15,6 +15,8 @@ from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.logging.loggers import LoggingAdapter
 from prefect.states import Cancelled, Crashed
 
+from coder_chat.durable.budget import OverBudget
+
 #: The name of the state a replaced run ends in (a kind of Cancelled).
 SUPERSEDED = "Superseded"
 #: The name of the state a run ends in when its workflow reached a limit of its budget.
@@ -111,12 +113,19 @@ async def end_superseded(this_run: str, successor: str | None, log: LoggingAdapt
     log.warning(f"This run was superseded by run {name}; it stops here and does nothing more.")
 
 
-async def end_over_budget_run(this_run: str, why: str, log: LoggingAdapter) -> None:
+async def end_over_budget_run(this_run: str, over: OverBudget, log: LoggingAdapter) -> None:
     """The run's workflow reached a limit and was ended for it: end the run Cancelled,
     named "Over budget", with the limit and how to carry the workflow on."""
+    wf = over.workflow_id
+    carry_on = (
+        f"resume it once Coder's limit has reset or been raised (prefect-coder workflows "
+        f"resume {wf})"
+        if over.by_coder
+        else f"resume it with a higher limit (prefect-coder workflows resume {wf} --max-tokens …)"
+    )
     message = (
-        f"Over budget: {why}. Its chat is archived and nothing relaunches it; resume it "
-        "with a higher limit (prefect-coder workflows resume … --max-tokens …) to carry it on."
+        f"Over budget: {over.why}. Its chat is archived and nothing relaunches it; "
+        f"{carry_on} to carry it on."
     )
     try:
         async with get_client() as client:

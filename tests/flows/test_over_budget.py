@@ -58,7 +58,9 @@ async def test_a_turn_budget_stops_the_workflow_and_a_resume_with_more_finishes_
     wid = "review-budget"
     said = await ended_over_budget(deployment, wid, {"max_turns": 1})
     assert "it finished 1 turn(s), its limit is 1 (max_turns)" in said, said
-    assert "resume it with a higher limit" in said
+    assert (
+        f"resume it with a higher limit (prefect-coder workflows resume {wid} --max-tokens" in said
+    )
     workflow = await stored(sim, wid)
     assert workflow.chat_id is not None and sim.chat(workflow.chat_id).archived
     assert sent(sim, SECOND) == 0
@@ -80,6 +82,10 @@ async def test_coders_usage_limit_stops_it_with_coders_figures_and_nothing_relau
     said = await ended_over_budget(deployment, wid, {})
     assert "Coder's usage limit is reached (spent $" in said, said
     assert " of $0.0000; it resets at " in said
+    assert (
+        f"resume it once Coder's limit has reset or been raised (prefect-coder workflows resume {wid})"
+        in said
+    )
     refused = [r for r in sim.records.requests if r.route == "send_message"]
     assert [r.status for r in refused] == [409]  # refused once, never sent again
     assert sent(sim, SECOND) == 0

@@ -104,7 +104,9 @@ async def test_a_dead_host_is_known_by_its_stopped_pulse(tmp_path: Path) -> None
         client = stack.client
         worker = await stack.start_worker()
         workflow_id = new_workflow_id("it-pulse")
-        run = await stack.launch(workflow_id, ["/sleep 40 take your time", "say goodbye"])
+        # Step 1 must still run when its host dies: long enough for the checks before the
+        # kill on a loaded machine (a CI run once took over 40 s to reach it).
+        run = await stack.launch(workflow_id, ["/sleep 75 take your time", "say goodbye"])
         await stack.began(workflow_id, 1, TIMEOUT)
         await stack.pulsing(run.id, TIMEOUT)
 
