@@ -458,7 +458,7 @@ class PostgresStore(DurableStore):
         if current == SCHEMA_VERSION:
             return
         if not has_table:
-            await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+            await self._create_schema(conn)
             await conn.execute(
                 f"CREATE TABLE {s}.migrations (version INTEGER PRIMARY KEY, "
                 "applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
@@ -468,6 +468,23 @@ class PostgresStore(DurableStore):
                 if MIGRATIONS[version].strip():  # a version may change no table
                     await conn.execute(MIGRATIONS[version].format(s=s))
                 await conn.execute(f"INSERT INTO {s}.migrations (version) VALUES ($1)", version)
+
+    async def _create_schema(self, conn: Conn) -> None:
+        """The schema, unless it is there: a role that owns a schema an administrator made
+        for it needs no right to create one (``CREATE SCHEMA IF NOT EXISTS`` asks for it)."""
+        made = await conn.fetchval("SELECT 1 FROM pg_namespace WHERE nspname = $1", self.schema)
+        if made:
+            return
+        try:
+            await conn.execute(f"CREATE SCHEMA {self._sql.s}")
+        except pgexc.InsufficientPrivilegeError:
+            target = self._target
+            raise CoderStoreError(
+                f"Postgres user {target.user!r} may not create the store's schema "
+                f"{self.schema!r} in database {target.database!r} at {target.hosts}: have an "
+                f"administrator create it for that user (CREATE SCHEMA {self.schema} "
+                f"AUTHORIZATION {target.user}), or give the store a schema the user owns"
+            ) from None
 
     # -- transactions -------------------------------------------------------------------
     async def _transact(self, doing: str, op: Op[T], *, write: bool, flush: bool = True) -> T:
