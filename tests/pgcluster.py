@@ -78,16 +78,31 @@ class PgCluster:
     def dsn(self) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
-    def _run(self, *args: str) -> None:
+    def _run(self, *args: str, stdin: str | None = None) -> bytes:
+        """One of the server's programs, as its owner; its output."""
         command = [str(self.bindir / args[0]), *args[1:]]
         if self._as_postgres:
             command = ["runuser", "-u", "postgres", "--", *command]
         command = [*self.prefix, *command]
-        result = subprocess.run(command, capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            command, capture_output=True, input=stdin.encode() if stdin else None, timeout=120
+        )
         if result.returncode != 0:
-            raise PgClusterUnavailable(
-                f"{args[0]} failed ({result.returncode}): {result.stderr.strip()[-500:]}"
-            )
+            stderr = result.stderr.decode(errors="replace").strip()[-500:]
+            raise PgClusterUnavailable(f"{args[0]} failed ({result.returncode}): {stderr}")
+        return result.stdout
+
+    def admin_sql(self, sql: str, database: str = "postgres") -> str:
+        """``sql`` run by the server's administrator, through its socket (given on stdin:
+        a password in it is in no process's arguments)."""
+        socket = ["-h", str(self.root), "-p", str(self.port), "-U", "postgres", "-d", database]
+        out = self._run("psql", *socket, "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", stdin=sql)
+        return out.decode()
+
+    def dump(self, database: str) -> bytes:
+        """Every row of ``database``, as ``pg_dump`` writes it (for searches, not restores)."""
+        socket = ["-h", str(self.root), "-p", str(self.port), "-U", "postgres"]
+        return self._run("pg_dump", *socket, "--data-only", database)
 
     def _options(self) -> str:
         # Loopback only, its own socket folder, and no fsync: these servers hold test data.

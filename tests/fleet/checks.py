@@ -13,6 +13,7 @@ from .check_outcomes import (
 from .check_people import check_people
 from .check_recovery import check_recovery
 from .check_resends import check_resends
+from .check_secrets import check_secrets
 from .check_sweeps import check_sweeps
 from .evidence import Evidence
 from .verdicts import Findings
@@ -28,6 +29,7 @@ CHECKS = (
     check_orphans,
     check_fencing,
     check_people,
+    check_secrets,
 )
 
 

@@ -23,6 +23,9 @@ CHARGE_CARD = "prefect_coder.demo_tools:charge_card"
 CREDENTIALS_SLUG = "prefect-coder-credentials/fleet"
 LEDGER_SLUG = "prefect-coder-postgres-ledger/fleet"
 LEDGER_SCHEMA = "fleet"
+#: The store's own database and role on the store host.
+LEDGER_DATABASE = "coder_ledger"
+LEDGER_ROLE = "coder_ledger"
 API_PORT = 4200
 CODER_PORT = 3000
 

@@ -20,7 +20,9 @@ from coder_chat.durable.store import DurableStore
 
 from .coder_requests import Request, read_requests
 from .config import Timings
+from .door import Door
 from .fleet import Fleet
+from .leaks import token_leaks
 from .play import Played
 from .runs import deployment_runs, run_logs, runs_of
 from .storelog import Write, read_writes
@@ -50,6 +52,10 @@ class Evidence:
     logs: dict[str, list[str]]
     #: Flow run id -> the worker host that submitted it (from the workers' own logs).
     submitted: dict[str, str]
+    #: Where the Coder token was found on our side of the fleet (:mod:`.leaks`).
+    token_found: list[str]
+    #: What Prefect's API answered a client without its auth string, and one with it.
+    door: Door | None
 
     @property
     def workflow_ids(self) -> list[str]:
@@ -97,6 +103,8 @@ async def gather(fleet: Fleet, played: Played, store: DurableStore) -> Evidence:
         witness=witness,
         logs=logs,
         submitted=submissions(fleet),
+        token_found=await token_leaks(fleet),
+        door=fleet.door,
     )
 
 

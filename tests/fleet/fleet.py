@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+import secrets
 import shlex
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from prefect_coder.payments import Ledger
 from tests.integration.procs import Proc, Processes, clean_env, http_ok, until, wait_for_line
@@ -28,6 +29,9 @@ from .config import (
 from .net import Host, Network
 from .pg import HostPg
 from .witness import Witness
+
+if TYPE_CHECKING:
+    from .door import Door
 
 T = TypeVar("T")
 
@@ -66,6 +70,11 @@ class Fleet:
     #: the second must not kill the server the first is starting.
     restarting: asyncio.Lock = field(default_factory=asyncio.Lock)
     witness: Witness | None = None
+    #: What Prefect's server asks of every client (its basic authentication): given to
+    #: the workers, the CLI and this process, never to anything else.
+    auth_string: str = field(default_factory=lambda: f"fleet:{secrets.token_urlsafe(18)}")
+    #: What a client without it got from the API, and one with it (:mod:`.door`).
+    door: Door | None = None
 
     @property
     def api_url(self) -> str:
@@ -81,9 +90,11 @@ class Fleet:
         return path
 
     def base_env(self) -> dict[str, str]:
+        """What every process that talks to Prefect's API is given."""
         return {
             **clean_env(),
             "PREFECT_API_URL": self.api_url,
+            "PREFECT_API_AUTH_STRING": self.auth_string,
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
             "DO_NOT_TRACK": "1",
             "PYTHONUNBUFFERED": "1",
@@ -95,8 +106,9 @@ class Fleet:
         env = {
             **self.base_env(),
             "PREFECT_HOME": str(self.folder("ctl") / "server-home"),
-            "PREFECT_API_DATABASE_CONNECTION_URL": (
-                f"postgresql+asyncpg://postgres@127.0.0.1:{self.control_pg.port}/postgres"
+            "PREFECT_SERVER_API_AUTH_STRING": self.auth_string,
+            "PREFECT_API_DATABASE_CONNECTION_URL": self.control_pg.dsn.replace(
+                "postgresql://", "postgresql+asyncpg://"
             ),
             # The sweep's runs are scheduled every few seconds: look often.
             "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "5",

@@ -17,17 +17,18 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 
-from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
 from prefect_coder.payments import serve_payments
 from tests.integration.procs import Processes
 from tests.lab.tasks import in_background
 
 from . import slots
-from .config import Timings
+from .config import LEDGER_DATABASE, LEDGER_ROLE, LEDGER_SCHEMA, Timings
 from .deploy import create_pool, deploy
+from .door import knock
 from .fleet import Fleet, build_network, start_coder
-from .pg import HostPg
+from .pg import HostPg, Login, ledger_grants, prefect_grants
 from .witness import Witness
 
 
@@ -48,8 +49,11 @@ async def open_fleet(
         async with AsyncExitStack() as stack:
             fleet = await _fleet(stack, root, slot, workers, timings or Timings())
             fleet.sweep_queue = sweep_queue
-            stack.enter_context(temporary_settings(updates={PREFECT_API_URL: fleet.api_url}))
+            settings = {PREFECT_API_URL: fleet.api_url, PREFECT_API_AUTH_STRING: fleet.auth_string}
+            stack.enter_context(temporary_settings(updates=settings))
             await _start(fleet, say)
+            fleet.door = await knock(fleet)
+            say(f"fleet: Prefect's API {fleet.door.describe()}")
             fleet.witness = Witness(fleet.worker_hosts)
             await stack.enter_async_context(in_background(fleet.witness.watch()))
             yield fleet
@@ -87,10 +91,29 @@ async def _fleet(
     stack.push_async_callback(procs.close)
     ctl, store = hosts["ctl"], hosts["store"]
     # Prefect's database serves Prefect's server alone: on the control host's loopback.
+    prefect = Login("prefect", "postgres", prefect_grants("prefect"))
     control_pg = HostPg(
-        root / "ctl" / "pg", ctl, "127.0.0.1", statement_log=False, for_prefect=True
+        root / "ctl" / "pg",
+        ctl,
+        "127.0.0.1",
+        prefect,
+        network="127.0.0.1/32",
+        statement_log=False,
+        for_prefect=True,
     )
-    store_pg = HostPg(root / "store" / "pg", store, store.address, statement_log=True)
+    # The store is reached from every worker host: over TLS, by its own role.
+    ledger = Login(
+        LEDGER_ROLE, LEDGER_DATABASE, ledger_grants(LEDGER_DATABASE, LEDGER_SCHEMA, LEDGER_ROLE)
+    )
+    store_pg = HostPg(
+        root / "store" / "pg",
+        store,
+        store.address,
+        ledger,
+        network=f"{slot.address(0)}/24",
+        statement_log=True,
+        tls=True,
+    )
     url, payments = await stack.enter_async_context(serve_payments(net.gateway))
     return Fleet(root, slot, net, hosts, procs, timings, control_pg, store_pg, payments, url)
 

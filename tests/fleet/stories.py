@@ -101,4 +101,6 @@ def story_evidence(
         witness=witness,
         logs={},
         submitted={},
+        token_found=[],
+        door=None,
     )

@@ -107,6 +107,7 @@ INVARIANTS: list[Category] = [
     "fenced run wrote",  # a superseded run writes nothing
     "superseded run's state",  # a superseded run ends marked superseded
     "miscounted usage",  # what each workflow used is recorded exactly, across every fault
+    "exposed secrets",  # the Coder token is nowhere our side wrote; the API is shut to strangers
 ]
 
 
@@ -131,3 +132,19 @@ async def test_a_cancel_stops_the_workflow_and_a_changed_prompt_takes_nothing(
     played: ScheduleResult,
 ) -> None:
     assert judged(played, "people's actions") == []
+
+
+async def test_prefects_api_reads_nothing_to_a_client_without_the_auth_string(
+    played: ScheduleResult,
+) -> None:
+    """From a worker host, with nothing but the API's address: 401 to every ask, the Coder
+    credentials with their secrets among them; the same asks with the auth string are
+    answered (as the workers' are, who ran every workflow)."""
+    evidence = played.evidence
+    assert played.error is None and evidence is not None, played.error
+    door = evidence.door
+    assert door is not None
+    print(door.describe())
+    assert "read the Coder credentials with their secrets" in door.without
+    assert set(door.without.values()) == {401}
+    assert set(door.with_auth.values()) == {200}

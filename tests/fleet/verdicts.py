@@ -21,6 +21,7 @@ Category = Literal[
     "sweep blocked",
     "people's actions",
     "miscounted usage",
+    "exposed secrets",
 ]
 CATEGORIES: tuple[Category, ...] = get_args(Category)
 
