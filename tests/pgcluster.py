@@ -137,6 +137,16 @@ class PgCluster:
         else:
             self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", "postgres", "--no-sync")
 
+    def require_passwords(self, administrator: str = "postgres") -> None:
+        """From now on every role but ``administrator`` gives its password to connect over
+        TCP (as a server set up for a fleet would); the administrator is let in as before."""
+        (self.data / "pg_hba.conf").write_text(
+            "local all all trust\n"
+            f"host all {administrator} 127.0.0.1/32 trust\n"
+            "host all all 127.0.0.1/32 scram-sha-256\n"
+        )
+        self._run("pg_ctl", "-D", str(self.data), "reload")
+
     @property
     def log(self) -> Path:
         return self.root / "server.log"

@@ -14,15 +14,18 @@ pool, and the pool, the global limit and the sweep's parameters are what the REA
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import asyncpg
+import httpx
 import pytest
 from prefect.client.orchestration import PrefectClient, get_client
 from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
 from prefect.client.schemas.objects import StateType
-from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
 
+from prefect_coder.blocks import PostgresLedger
 from tests.integration.procs import Processes, free_port, managed_processes
 from tests.integration.readme_blocks import (
     FLEET_GUIDE,
@@ -59,6 +62,26 @@ def test_the_fleet_blocks_are_marked_numbered_and_safe_to_paste_in_order() -> No
     assert len([b for b in blocks if "prefect worker start" in b.body]) == 2
 
 
+def test_the_fleet_guide_starts_no_open_server_and_gives_no_superuser_dsn() -> None:
+    """Every terminal that talks to Prefect has the auth string before it does, the server
+    asks for it and listens on one address, and every DSN names a role of its own."""
+    section, blocks = fleet_blocks()
+    assert "0.0.0.0" not in section
+    assert not re.search(r"postgres(ql)?(\+asyncpg)?://(postgres)?[@:]", section)
+    terminals_with_auth: set[int] = set()
+    for block in blocks:
+        if "fleet-secrets/client.env" in block.body or "fleet-secrets/server.env" in block.body:
+            terminals_with_auth.add(block.terminal)
+        if "prefect server start" in block.body:
+            assert ". ~/fleet-secrets/server.env" in block.body
+            assert re.search(r"prefect server start --host \S+$", block.body, re.M)
+        if re.search(r"^(prefect |python -)", block.body, re.M) and block.step > 2:
+            assert block.terminal in terminals_with_auth, block
+    [first] = [b for b in blocks if b.step == 1]
+    assert "PREFECT_SERVER_API_AUTH_STRING=" in first.body
+    assert "PREFECT_API_AUTH_STRING=" in first.body
+
+
 async def test_the_readme_fleet_runs_workflows_on_a_shared_store(tmp_path: Path) -> None:
     with PgCluster() as pg:
         async with managed_processes(tmp_path) as procs:
@@ -73,13 +96,131 @@ async def scenario(procs: Processes, tmp: Path, pg: PgCluster) -> None:
         "PGPORT": str(pg.port),
         "PGUSER": "postgres",
     }
+    pg.require_passwords()
     terminals = Terminals(procs, tmp, checkout_for(tmp), env)
     await paste(terminals, fleet_blocks()[1])
-    with temporary_settings(updates={PREFECT_API_URL: f"http://127.0.0.1:{port}/api"}):
+    api = f"http://127.0.0.1:{port}/api"
+    secrets = Secrets(Path(env["HOME"]) / "fleet-secrets")
+    await check_the_door_is_shut(api)
+    with temporary_settings(updates={PREFECT_API_URL: api, PREFECT_API_AUTH_STRING: secrets.auth}):
         async with get_client() as client:
             await check_the_runs(client)
             await check_the_fleet(client)
+        ledger: PostgresLedger = await PostgresLedger.aload("fleet")
     await check_the_databases(pg)
+    await check_the_ledger_role(pg, ledger.dsn.get_secret_value())
+    await check_the_prefect_role(pg, secrets.prefect_dsn)
+
+
+class Secrets:
+    """The files the guide's first step wrote: each readable by its owner alone, and the
+    store's DSN gone once its block was saved."""
+
+    def __init__(self, folder: Path) -> None:
+        assert sorted(p.name for p in folder.iterdir()) == ["client.env", "server.env"]
+        for path in folder.iterdir():
+            assert path.stat().st_mode & 0o077 == 0, oct(path.stat().st_mode)
+        self.server: dict[str, str] = dict(
+            re.findall(r"^export (\w+)='(.*)'$", (folder / "server.env").read_text(), re.M)
+        )
+        self.client: dict[str, str] = dict(
+            re.findall(r"^export (\w+)='(.*)'$", (folder / "client.env").read_text(), re.M)
+        )
+
+    @property
+    def auth(self) -> str:
+        assert (
+            self.client["PREFECT_API_AUTH_STRING"] == self.server["PREFECT_SERVER_API_AUTH_STRING"]
+        )
+        return self.client["PREFECT_API_AUTH_STRING"]
+
+    @property
+    def prefect_dsn(self) -> str:
+        url = self.server["PREFECT_API_DATABASE_CONNECTION_URL"]
+        return url.replace("postgresql+asyncpg://", "postgresql://")
+
+
+async def check_the_door_is_shut(api: str) -> None:
+    """Without the auth string, Prefect's API reads nothing: no block, no flow run."""
+    async with httpx.AsyncClient(base_url=api, timeout=30) as http:
+        assert (await http.post("/block_documents/filter", json={})).status_code == 401
+        assert (await http.post("/flow_runs/filter", json={})).status_code == 401
+        assert (await http.get("/health")).status_code == 200  # the door, not the server
+
+
+async def refused(dsn: str, *statements: str, database: str | None = None) -> list[str]:
+    """Each statement that ``dsn``'s role ran without being refused (none, when all is well)."""
+    ran = []
+    conn = await asyncpg.connect(
+        dsn if database is None else dsn.rsplit("/", 1)[0] + "/" + database
+    )
+    try:
+        for statement in statements:
+            try:
+                await conn.execute(statement)
+            except asyncpg.InsufficientPrivilegeError:
+                continue
+            ran.append(statement)
+    finally:
+        await conn.close()
+    return ran
+
+
+async def check_the_ledger_role(pg: PgCluster, dsn: str) -> None:
+    """The store's role (the DSN its block holds) reads and writes its schema, and nothing
+    outside it: no other schema of its database, no other database, no new database,
+    schema or role. Without its password it is not let in."""
+    admin_base = pg.dsn.rsplit("/", 1)[0]
+    admin = await asyncpg.connect(f"{admin_base}/coder_ledger")
+    try:
+        await admin.execute("CREATE SCHEMA other; CREATE TABLE other.secrets (v text)")
+        await admin.execute("CREATE TABLE public.shared (v text)")
+    finally:
+        await admin.close()
+    conn = await asyncpg.connect(dsn)
+    try:
+        role = await conn.fetchrow(
+            "SELECT rolsuper, rolcreatedb, rolcreaterole FROM pg_roles WHERE rolname = current_user"
+        )
+        assert role is not None and tuple(role) == (False, False, False)
+        assert await conn.fetchval("SELECT count(*) FROM prefect_coder.workflows") >= 3
+    finally:
+        await conn.close()
+    assert (
+        await refused(
+            dsn,
+            "SELECT * FROM other.secrets",
+            "INSERT INTO other.secrets VALUES ('x')",
+            "SELECT * FROM public.shared",
+            "CREATE TABLE public.mine (v text)",
+            "CREATE SCHEMA mine",
+            "CREATE DATABASE mine",
+            "CREATE ROLE mine",
+        )
+        == []
+    )
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await asyncpg.connect(dsn.rsplit("/", 1)[0] + "/prefect")
+    user, _, rest = dsn.partition("://")[2].partition(":")
+    with pytest.raises(asyncpg.InvalidPasswordError):
+        await asyncpg.connect(f"postgresql://{user}:wrong@{rest.partition('@')[2]}")
+
+
+async def check_the_prefect_role(pg: PgCluster, dsn: str) -> None:
+    """Prefect's role owns its database, and may not reach the store's or make roles."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        assert await conn.fetchval("SELECT count(*) FROM flow_run") >= 2
+        assert (
+            await conn.fetchval(
+                "SELECT rolsuper OR rolcreatedb OR rolcreaterole FROM pg_roles WHERE rolname = current_user"
+            )
+            is False
+        )
+    finally:
+        await conn.close()
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await asyncpg.connect(dsn.rsplit("/", 1)[0] + "/coder_ledger")
 
 
 async def check_the_runs(client: PrefectClient) -> None:
