@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from cryptography.fernet import Fernet
+
 from prefect_coder.payments import Ledger
 from tests.integration.procs import Proc, Processes, clean_env, http_ok, until, wait_for_line
 
@@ -73,6 +75,8 @@ class Fleet:
     #: What Prefect's server asks of every client (its basic authentication): given to
     #: the workers, the CLI and this process, never to anything else.
     auth_string: str = field(default_factory=lambda: f"fleet:{secrets.token_urlsafe(18)}")
+    #: The key Prefect's server encrypts blocks' secrets with (else kept in its database).
+    block_key: str = field(default_factory=lambda: Fernet.generate_key().decode())
     #: What a client without it got from the API, and one with it (:mod:`.door`).
     door: Door | None = None
 
@@ -107,6 +111,7 @@ class Fleet:
             **self.base_env(),
             "PREFECT_HOME": str(self.folder("ctl") / "server-home"),
             "PREFECT_SERVER_API_AUTH_STRING": self.auth_string,
+            "PREFECT_SERVER_ENCRYPTION_KEY": self.block_key,
             "PREFECT_API_DATABASE_CONNECTION_URL": self.control_pg.dsn.replace(
                 "postgresql://", "postgresql+asyncpg://"
             ),

@@ -207,10 +207,17 @@ async def check_the_ledger_role(pg: PgCluster, dsn: str) -> None:
 
 
 async def check_the_prefect_role(pg: PgCluster, dsn: str) -> None:
-    """Prefect's role owns its database, and may not reach the store's or make roles."""
+    """Prefect's role owns its database, and may not reach the store's or make roles; the key
+    to the blocks' secrets is not in the database."""
     conn = await asyncpg.connect(dsn)
     try:
         assert await conn.fetchval("SELECT count(*) FROM flow_run") >= 2
+        # The blocks' secrets are encrypted with the server's own key, not one kept beside them.
+        keys = await conn.fetchval(
+            "SELECT count(*) FROM configuration WHERE key = 'ENCRYPTION_KEY'"
+        )
+        assert keys == 0
+        assert await conn.fetchval("SELECT count(*) FROM block_document") >= 2
         assert (
             await conn.fetchval(
                 "SELECT rolsuper OR rolcreatedb OR rolcreaterole FROM pg_roles WHERE rolname = current_user"
