@@ -21,6 +21,7 @@ from coder_chat.durable.sweep import SweepPolicy
 from prefect_coder._run.lease import SweepLease, hold_the_sweep, take_silent_run_for_dead
 from prefect_coder._run.logs import run_log
 from prefect_coder._run.naming import name_the_run
+from prefect_coder._run.runtime import Runtime
 from prefect_coder.blocks import CoderCredentials, PostgresLedger, SqliteLedger
 from prefect_coder.tasks.lost_runs import relaunch_lost_runs
 from prefect_coder.tasks.sweep import relaunch_workflow, sweep_orphans
@@ -72,7 +73,8 @@ async def _begin_the_pass(sweep: SweepPass, because: str, silent_flow_run: str) 
     if because:
         run_log().info(f"This pass was started by {because}.")
     if silent_flow_run and sweep.relaunch.on and not sweep.policy.dry_run:
-        await take_silent_run_for_dead(silent_flow_run, target, because or "silent")
+        rt = Runtime.from_blocks(sweep.credentials, sweep.ledger)
+        await take_silent_run_for_dead(silent_flow_run, target, because or "silent", rt)
 
 
 async def _leased_pass(sweep: SweepPass, lease_seconds: float, wait_for: float) -> dict[str, int]:

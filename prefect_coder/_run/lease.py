@@ -10,7 +10,7 @@ import uuid
 from typing import Any
 
 from prefect.client.orchestration import PrefectClient, get_client
-from prefect.client.schemas.objects import StateType
+from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.client.schemas.responses import OrchestrationResult, SetStateStatus
 from prefect.exceptions import ObjectNotFound
 from prefect.runtime import flow_run as current_flow_run
@@ -24,6 +24,8 @@ from coder_chat.durable.sweep import (
     take_sweep_lease,
 )
 from prefect_coder._run.logs import run_log
+from prefect_coder._run.marks import stopped_after_its_end
+from prefect_coder._run.naming import tagged_workflow
 from prefect_coder._run.pulse import heard_lately
 from prefect_coder._run.runtime import Ledger, Runtime, with_retries
 from prefect_coder.blocks import CoderCredentials
@@ -121,12 +123,15 @@ async def _heard_lately(client: PrefectClient, run_id: uuid.UUID) -> str | None:
         return None
 
 
-async def take_silent_run_for_dead(flow_run: str, deployment: str, because: str) -> bool:
+async def take_silent_run_for_dead(
+    flow_run: str, deployment: str, because: str, rt: Runtime
+) -> bool:
     """Mark Crashed a run of ``deployment`` that Prefect heard no heartbeat from (the
     deployment's silent trigger names it, ``prefect.flow-run.<id>`` or its id), so that the
     pass relaunches its workflow as it does any crashed run's. Only a run still Running is
     marked: one that ended, paused or was cancelled meanwhile has said what became of it.
-    Returns whether it was marked."""
+    A run whose workflow the store says ended (its process died before it told Prefect) is
+    marked so, not as one whose workflow is to be relaunched. Returns whether it was marked."""
     log = run_log()
     try:
         run_id = uuid.UUID(flow_run.removeprefix("prefect.flow-run."))
@@ -150,15 +155,36 @@ async def take_silent_run_for_dead(flow_run: str, deployment: str, because: str)
         if (heard := await _heard_lately(client, run_id)) is not None:
             log.info(f"Run {run.name!r} went silent but spoke since ({heard}): it is alive.")
             return False
-        message = (
-            f"Its process went silent ({because}): its host or its worker is gone. Marked "
-            "Crashed by the orphan sweep, which relaunches its workflow."
+        ended = await _ended_workflow(rt, run)
+        marked = (
+            stopped_after_its_end(ended.workflow_id, ended.state)
+            if ended is not None
+            else Crashed(
+                message=(
+                    f"Its process went silent ({because}): its host or its worker is gone. "
+                    "Marked Crashed by the orphan sweep, which relaunches its workflow."
+                )
+            )
         )
-        result: OrchestrationResult[Any] = await client.set_flow_run_state(
-            run_id, Crashed(message=message)
-        )
+        result: OrchestrationResult[Any] = await client.set_flow_run_state(run_id, marked)
     if result.status != SetStateStatus.ACCEPT:
         log.info(f"Run {run.name!r} was not marked Crashed ({result.status.value}).")
         return False
-    log.info(f"Run {run.name!r} went silent ({because}); marked Crashed.")
+    after = f"; its workflow had {ended.state}" if ended is not None else ""
+    log.info(f"Run {run.name!r} went silent ({because}){after}; marked Crashed.")
     return True
+
+
+async def _ended_workflow(rt: Runtime, run: FlowRun) -> WorkflowRecord | None:
+    """The workflow ``run`` held, if the store says it ended while that run held it."""
+    workflow_id = tagged_workflow(run.tags)
+    if workflow_id is None:
+        return None
+    try:
+        workflow = await with_retries(lambda: rt.store.get_workflow(rt.tenant, workflow_id))
+    except CoderError as exc:  # out of reach: the pass relaunches nothing the store says ended
+        run_log().info(f"Could not read workflow {workflow_id} from the store ({exc}).")
+        return None
+    if workflow is None or workflow.flow_run_id != str(run.id):
+        return None
+    return workflow if workflow.state != WorkflowState.RUNNING else None

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 from uuid import UUID
 
 from prefect.client.orchestration import PrefectClient, get_client
 from prefect.client.schemas.actions import LogCreate
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-from prefect.client.schemas.objects import FlowRun, StateType
+from prefect.client.schemas.objects import FlowRun, State, StateType
 from prefect.logging.loggers import LoggingAdapter
 from prefect.states import Cancelled, Crashed
 
@@ -182,3 +183,14 @@ async def marked_superseded(flow_run_id: str) -> bool:
     except Exception:  # noqa: BLE001 - Prefect's API out of reach: not known to be
         return False
     return state is not None and state.name == SUPERSEDED
+
+
+def stopped_after_its_end(workflow_id: str, state: str) -> State[Any]:
+    """The state of a run whose process stopped once its workflow had ended (the store says
+    so) but before it told Prefect: nothing was left for it to do, nothing is relaunched."""
+    return Crashed(
+        message=(
+            f"Its process stopped after workflow {workflow_id} {state} (the store says so), "
+            "before it could tell Prefect; nothing was left to do."
+        )
+    )

@@ -38,7 +38,15 @@ def began_a_workflow(run_name: str) -> bool:
 
 def workflow_tag(workflow_id: str) -> str:
     """The tag every flow run of a workflow carries: the UI's tag filter lists them all."""
-    return f"workflow:{workflow_id}"
+    return f"{_WORKFLOW_TAG}{workflow_id}"
+
+
+def tagged_workflow(tags: list[str]) -> str | None:
+    """The workflow a run's tags say it held (:func:`workflow_tag`), if any."""
+    return next((t.removeprefix(_WORKFLOW_TAG) for t in tags if t.startswith(_WORKFLOW_TAG)), None)
+
+
+_WORKFLOW_TAG = "workflow:"
 
 
 async def name_the_run(

@@ -34,6 +34,7 @@ from prefect.states import Crashed
 
 from coder_chat.durable.records import WorkflowRecord
 from prefect_coder._run.logs import run_log
+from prefect_coder._run.marks import stopped_after_its_end
 from prefect_coder._run.naming import began_a_workflow
 from prefect_coder._run.runtime import Ledger, Runtime
 from prefect_coder._run.task_policy import launch_task
@@ -141,11 +142,8 @@ async def _settle_ended(
         since = run.state.timestamp if run.state else None
         if workflow is None or since is None or (now - since).total_seconds() < running_for:
             continue
-        message = (
-            f"Its process stopped after workflow {workflow.workflow_id} {workflow.state} "
-            "(the store says so), before it could tell Prefect; nothing was left to do."
-        )
-        await client.set_flow_run_state(run.id, Crashed(message=message), force=True)
+        marked = stopped_after_its_end(workflow.workflow_id, workflow.state)
+        await client.set_flow_run_state(run.id, marked, force=True)
         run_log().info(f"Run {run.name!r}: its process stopped after its workflow ended.")
 
 

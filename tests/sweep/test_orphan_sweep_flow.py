@@ -179,15 +179,19 @@ async def test_a_run_left_running_before_it_began_its_workflow_is_relaunched_in_
     assert relaunch.parameters == stuck.parameters
 
 
+@pytest.mark.parametrize("pass_started_by", ["schedule", "silence"])
 async def test_a_run_left_running_after_its_workflow_ended_is_marked_and_not_relaunched(
-    sim: Simulator, coder_env: Path
+    sim: Simulator, coder_env: Path, pass_started_by: str
 ) -> None:
     """Its process stopped between finishing the workflow and telling Prefect: the store
     says finished, Prefect says Running for good. The sweep marks it Crashed, saying the
-    workflow had finished, and launches nothing."""
+    workflow had finished, and launches nothing: a scheduled pass, and one the run's
+    silence started (which takes the run it names for dead first; fleet campaign 28/20)."""
     run = await a_deployed_run("refund-41", Running())
-    async with get_client() as client:  # named after its workflow, as it began it
-        await client.update_flow_run(run.id, name="refund-41 · epoch 1")
+    async with get_client() as client:  # named and tagged after its workflow, as it began it
+        await client.update_flow_run(
+            run.id, name="refund-41 · epoch 1", tags=[*run.tags, "workflow:refund-41"]
+        )
     store = SqliteStore(coder_env)
     tenant = str(sim.organization_id)
     fence = await store.begin_run(
@@ -195,7 +199,11 @@ async def test_a_run_left_running_after_its_workflow_ended_is_marked_and_not_rel
     )
     await store.finish(fence, WorkflowState.FINISHED)
     await store.close()
-    summary = await orphan_sweep(target_deployment="shop-refunds", relaunch_start_seconds=0)
+    silent = {"silent_flow_run": f"prefect.flow-run.{run.id}", "because": "its pulse stopped"}
+    extra: dict[str, Any] = silent if pass_started_by == "silence" else {}
+    summary = await orphan_sweep(
+        target_deployment="shop-refunds", relaunch_start_seconds=0, **extra
+    )
     assert summary["relaunched"] == 0
     async with get_client() as client:
         marked = await client.read_flow_run(run.id)
