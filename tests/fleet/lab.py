@@ -15,6 +15,7 @@ import contextlib
 import stat
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack
+from dataclasses import replace
 from pathlib import Path
 
 from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
@@ -28,7 +29,7 @@ from .config import LEDGER_DATABASE, LEDGER_ROLE, LEDGER_SCHEMA, Timings
 from .deploy import create_pool, deploy
 from .door import knock
 from .fleet import Fleet, build_network, start_coder
-from .pg import HostPg, Login, ledger_grants, prefect_grants
+from .pg import HostPg, Setup, ledger_grants, prefect_grants
 from .witness import Witness
 
 
@@ -91,29 +92,13 @@ async def _fleet(
     stack.push_async_callback(procs.close)
     ctl, store = hosts["ctl"], hosts["store"]
     # Prefect's database serves Prefect's server alone: on the control host's loopback.
-    prefect = Login("prefect", "postgres", prefect_grants("prefect"))
-    control_pg = HostPg(
-        root / "ctl" / "pg",
-        ctl,
-        "127.0.0.1",
-        prefect,
-        network="127.0.0.1/32",
-        statement_log=False,
-        for_prefect=True,
-    )
+    local = "127.0.0.1"
+    prefect = Setup(local, "prefect", "postgres", f"{local}/32", prefect_grants("prefect"))
+    control_pg = HostPg(root / "ctl" / "pg", ctl, replace(prefect, for_prefect=True))
     # The store is reached from every worker host: over TLS, by its own role.
-    ledger = Login(
-        LEDGER_ROLE, LEDGER_DATABASE, ledger_grants(LEDGER_DATABASE, LEDGER_SCHEMA, LEDGER_ROLE)
-    )
-    store_pg = HostPg(
-        root / "store" / "pg",
-        store,
-        store.address,
-        ledger,
-        network=f"{slot.address(0)}/24",
-        statement_log=True,
-        tls=True,
-    )
+    grants = ledger_grants(LEDGER_DATABASE, LEDGER_SCHEMA, LEDGER_ROLE)
+    ledger = Setup(store.address, LEDGER_ROLE, LEDGER_DATABASE, f"{slot.address(0)}/24", grants)
+    store_pg = HostPg(root / "store" / "pg", store, replace(ledger, statement_log=True, tls=True))
     url, payments = await stack.enter_async_context(serve_payments(net.gateway))
     return Fleet(root, slot, net, hosts, procs, timings, control_pg, store_pg, payments, url)
 

@@ -2,7 +2,7 @@
 run inside the host's namespace and listening on the host's address.
 
 It lets in one role, with a password, to one database: the service's own login
-(:class:`Login`), made when the server is first created, with no more rights than the
+(:class:`Setup`), made when the server is first created, with no more rights than the
 service needs (see :func:`ledger_grants` and :func:`prefect_grants`). Nothing else may
 connect over the network; the lab's own administration goes through the server's socket,
 as the ``postgres`` user. A server may also require TLS, with a certificate made for its
@@ -31,13 +31,20 @@ PORT = 5432
 
 
 @dataclass(frozen=True)
-class Login:
-    """The one role a server lets in over the network, to its one database."""
+class Setup:
+    """How a host's server is set up: where it listens, the one role it lets in over the
+    network (to its one database, from ``network``, a CIDR), and what else it does."""
 
+    listen: str
     role: str
     database: str
+    network: str
     #: (database, SQL) run by the administrator once the role exists: its rights.
     grants: tuple[tuple[str, str], ...]
+    statement_log: bool = False
+    tls: bool = False
+    #: Its data starts as a copy of Prefect's migrated tables.
+    for_prefect: bool = False
     password: str = field(default_factory=lambda: secrets.token_urlsafe(18), repr=False)
 
 
@@ -72,41 +79,27 @@ def prefect_grants(role: str) -> tuple[tuple[str, str], ...]:
 
 
 class HostPg(PgCluster):
-    """A PostgreSQL server in ``host``'s namespace, on ``listen`` (the host's address, or
-    its loopback for a server only the host itself uses), letting ``login`` in from
-    ``network`` (a CIDR), with TLS if ``tls``."""
+    """A PostgreSQL server in ``host``'s namespace, set up as ``setup`` says."""
 
-    def __init__(
-        self,
-        root: Path,
-        host: Host,
-        listen: str,
-        login: Login,
-        *,
-        network: str,
-        statement_log: bool,
-        tls: bool = False,
-        for_prefect: bool = False,
-    ) -> None:
+    def __init__(self, root: Path, host: Host, setup: Setup) -> None:
         root.mkdir(parents=True, exist_ok=True)
-        super().__init__(root, for_prefect=for_prefect)
+        super().__init__(root, for_prefect=setup.for_prefect)
         self.host = host
-        self.listen = listen
+        self.setup = setup
+        self.listen = setup.listen
         self.port = PORT
-        self.login = login
-        self.network = network
-        self.tls = tls
-        self.statement_log = statement_log
+        self.tls = setup.tls
+        self.statement_log = setup.statement_log
         # pg_ctl's readiness probe must reach the server where it listens: in the namespace.
         self.prefix = ["ip", "netns", "exec", host.ns]
 
     @property
     def dsn(self) -> str:
         """How the service connects: its role and password, and TLS verified if required."""
-        login = self.login
-        dsn = f"postgresql://{login.role}:{login.password}@{self.listen}:{self.port}/"
+        setup = self.setup
+        dsn = f"postgresql://{setup.role}:{setup.password}@{self.listen}:{self.port}/"
         query = {"sslmode": "verify-full", "sslrootcert": str(self.certificate)}
-        return dsn + login.database + (f"?{urlencode(query)}" if self.tls else "")
+        return dsn + setup.database + (f"?{urlencode(query)}" if self.tls else "")
 
     @property
     def log_folder(self) -> Path:
@@ -154,10 +147,10 @@ class HostPg(PgCluster):
         """The administrator through the socket, as the ``postgres`` user; the service's
         role from the lab's subnet with its password (over TLS if required); no one else."""
         kind = "hostssl" if self.tls else "host"
-        login = self.login
+        setup = self.setup
         (self.data / "pg_hba.conf").write_text(
             "local all postgres peer\n"
-            f"{kind} {login.database} {login.role} {self.network} scram-sha-256\n"
+            f"{kind} {setup.database} {setup.role} {setup.network} scram-sha-256\n"
         )
 
     def _make_certificate(self) -> None:
@@ -174,9 +167,9 @@ class HostPg(PgCluster):
         self.certificate.chmod(0o644)
 
     def _provision(self) -> None:
-        login = self.login
-        self.admin_sql(f"CREATE ROLE {login.role} LOGIN PASSWORD '{login.password}';")
-        for database, sql in login.grants:
+        setup = self.setup
+        self.admin_sql(f"CREATE ROLE {setup.role} LOGIN PASSWORD '{setup.password}';")
+        for database, sql in setup.grants:
             self.admin_sql(sql, database)
 
     async def astart(self) -> HostPg:
