@@ -134,19 +134,22 @@ def _changed(ev: Evidence, record: PersonRecord) -> Findings:
     def violation(detail: str) -> None:
         findings.add("people's actions", f"{wf} {record.person.describe()}: {detail}")
 
-    run = _run(ev, wf, run_id)
-    began = run is not None and run.start_time is not None
-    if run is not None and began and not _refused(run):
-        violation(f"the run with a changed prompt ended {_said(run)}")
+    # A run lost before it began (its host cut off) is launched again by the sweep, with
+    # the same reworded prompt: the last of them must be refused, and none may act.
+    chain = _relaunched_chain(ev, wf, run_id)
+    ids = {str(r.id) for r in chain}
+    last = chain[-1] if chain else None
+    if last is not None and last.start_time is not None and not _refused(last):
+        violation(f"the run with a changed prompt ended {_said(last)}")
     for taken in epochs(ev.writes, wf):
-        if taken.flow_run_id == run_id:
+        if taken.flow_run_id in ids:
             violation(f"the run with a changed prompt took epoch {taken.epoch}")
     for write in ev.writes:
         sighting = ev.witness.who(write.src, write.committed.timestamp())
-        if sighting is not None and sighting.flow_run_id == run_id:
+        if sighting is not None and sighting.flow_run_id in ids:
             violation(f"the run with a changed prompt wrote {write.describe()}")
     for request in ev.requests:
-        if request.flow_run_id == run_id and request.action is not None:
+        if request.flow_run_id in ids and request.action is not None:
             violation(f"the run with a changed prompt reached Coder: {request.describe()}")
     for prompt in ev.truth.prompts(wf):
         if CHANGED in prompt.text():
@@ -156,6 +159,17 @@ def _changed(ev: Evidence, record: PersonRecord) -> Findings:
 
 def _run(ev: Evidence, wf: str, run_id: str) -> FlowRun | None:
     return next((r for r in ev.runs[wf] if str(r.id) == run_id), None)
+
+
+def _relaunched_chain(ev: Evidence, wf: str, run_id: str) -> list[FlowRun]:
+    """The run, then each run the sweep launched in place of the one before, in order."""
+    chain: list[FlowRun] = []
+    run = _run(ev, wf, run_id)
+    while run is not None and run not in chain:
+        chain.append(run)
+        tag = replaces_tag(run.id)
+        run = next((r for r in ev.runs[wf] if tag in r.tags), None)
+    return chain
 
 
 def _refused(run: FlowRun) -> bool:

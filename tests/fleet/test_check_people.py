@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from prefect.client.schemas.objects import State, StateType
+from prefect.client.schemas.objects import FlowRun, State, StateType
 
 from coder_chat.durable.markers import LABEL_WORKFLOW
 from prefect_coder.tasks.lost_runs import replaces_tag
@@ -74,6 +74,7 @@ def story(
     state_of_a: State = CANCELLED,
     state_of_c: State = REFUSED,
     faults: Sequence[FaultRecord] = (),
+    relaunches: Sequence[FlowRun] = (),
 ) -> Evidence:
     workflow = FleetWorkflow(WF, (Step("plain", "plan it"), Step("plain", "do it")))
     schedule = FleetSchedule(0, 0, (workflow,), ())
@@ -87,6 +88,7 @@ def story(
         flow_run(RUN_A, "wf · epoch 1", state_of_a, made=0),
         flow_run(RUN_C, "crafty-otter", state_of_c, made=1),
         flow_run(RUN_B, "wf · resumed", State(type=StateType.COMPLETED), made=29),
+        *relaunches,
     ]
     played = Played(schedule, T0, people=people, faults=list(faults))
     return story_evidence(played, chat, list(requests), writes, runs, witness)
@@ -197,3 +199,29 @@ def test_a_changed_prompt_run_that_acted_is_caught_each_way() -> None:
     assert any("wrote" in f for f in found), found
     assert any("reached Coder" in f for f in found), found
     assert any("reworded prompt landed" in f for f in found), found
+
+
+def test_a_changed_prompt_run_lost_with_its_host_is_judged_by_its_relaunch() -> None:
+    """Fleet campaign 28/4: the person's run landed on a host cut off before it began, so
+    the sweep marked it lost and launched it again, reworded prompt and all. The relaunch
+    must be refused and act in nothing; it stands for the person's run."""
+    lost = State(
+        type=StateType.CRASHED,
+        name="Crashed",
+        message="Lost before it began its workflow (it never left Pending); relaunched.",
+    )
+    again, tags = str(uuid.uuid4()), [replaces_tag(RUN_C)]
+    refused = flow_run(again, "wf · already finished", REFUSED, made=40, tags=tags)
+    writes = [begin_run(0, RUN_A, SRC_A)]
+    ev = story(
+        [changed_prompt()], writes, [prompt(5, "plan it")], state_of_c=lost, relaunches=[refused]
+    )
+    assert check_people(ev).violations == []
+    ran = flow_run(again, "wf · epoch 2", DONE, made=40, tags=tags)
+    writes.append(begin_run(41, again, "10.231.0.41:50009"))
+    ev = story(
+        [changed_prompt()], writes, [prompt(5, "plan it")], state_of_c=lost, relaunches=[ran]
+    )
+    found = check_people(ev).of("people's actions")
+    assert any("ended COMPLETED" in f for f in found), found
+    assert any("took epoch 2" in f for f in found), found
