@@ -198,8 +198,8 @@ class DurableFleet:
         footer = f"In all, the workflows used {used.describe()}." if used.messages else None
         await self._entered_progress().end(footer)
         if outcomes.superseded and self._this_run:
-            await end_superseded(self._this_run, None, log)
-            raise Superseded(str(outcomes.superseded[0]))
+            ended = await end_superseded(self._this_run, None, log)
+            raise Superseded(str(outcomes.superseded[0]), ended)
         await self._end_if_lost()
         total = len(self.workflow_ids)
         over = f", {len(outcomes.over_budget)} over budget" if outcomes.over_budget else ""
@@ -219,8 +219,13 @@ class DurableFleet:
             return
         why = next(iter(outcomes.lost.values()))
         lost = len(outcomes.lost)
-        if self._this_run and await end_lost(self._this_run, why, run_log(), workflows=lost):
-            raise StoreLost(why)
+        ended = (
+            await end_lost(self._this_run, why, run_log(), workflows=lost)
+            if self._this_run
+            else None
+        )
+        if ended is not None:
+            raise StoreLost(why, ended)
         outcomes.failed.update(outcomes.lost)
 
 

@@ -8,6 +8,7 @@ stops a workflow the same way, with Coder's figures: its refusal is never retrie
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -61,6 +62,13 @@ class OverBudget(CoderError):
         self.by_coder = by_coder
         self.resets_at = resets_at
         super().__init__(f"workflow {workflow_id!r} stopped over budget at step {step}: {why}")
+
+    @property
+    def limit(self) -> str | None:
+        """The workflow's own setting whose limit was reached (``max_turns``, ``max_tokens``
+        or ``max_cost_micros``, as :meth:`Budget.reached` names it); ``None`` for Coder's."""
+        named = re.search(r"\((max_[a-z_]+)\)$", self.why)
+        return named[1] if named and not self.by_coder else None
 
     @classmethod
     def from_coder(cls, workflow_id: str, step: int, exc: BaseException) -> OverBudget | None:

@@ -375,8 +375,8 @@ class Hold:
         run_id = current_flow_run.id
         if not self.owns_run or not run_id:
             raise exc
-        await end_over_budget_run(run_id, exc, log)
-        raise WorkflowOverBudget(str(exc)) from exc
+        marked = await end_over_budget_run(run_id, exc, log)
+        raise WorkflowOverBudget(str(exc), marked) from exc
 
     def _left_as_it_was(self, began: Began) -> str:
         """What a refused run says of the workflow it was refused for."""
@@ -439,8 +439,8 @@ class Hold:
             return
         if not self.owns_run:
             raise StoreLost(str(exc)) from exc
-        if await end_lost(run_id, str(exc), log):
-            raise StoreLost(str(exc)) from exc
+        if (ended := await end_lost(run_id, str(exc), log)) is not None:
+            raise StoreLost(str(exc), ended) from exc
 
     async def _superseded(self, exc: Exception, log: LoggingAdapter) -> None:
         """A newer run holds the workflow: this one does nothing more, and says so.
@@ -460,10 +460,10 @@ class Hold:
             successor = newer.flow_run_id if newer is not None else None
         if successor == run.workflow.flow_run_id:
             # The sweep took the workflow for this very run: a person cancelled it.
-            await end_cancelled_run(run.workflow.flow_run_id, self.workflow_id, log)
-            raise WorkflowCancelled(str(exc)) from exc
-        await end_superseded(run.workflow.flow_run_id, successor, log)
-        raise Superseded(str(exc)) from exc
+            ended = await end_cancelled_run(run.workflow.flow_run_id, self.workflow_id, log)
+            raise WorkflowCancelled(str(exc), ended) from exc
+        ended = await end_superseded(run.workflow.flow_run_id, successor, log)
+        raise Superseded(str(exc), ended) from exc
 
     async def _was_superseded(self) -> bool:
         """Whether a newer run took the workflow while this one failed: its flow run was

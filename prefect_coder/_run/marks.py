@@ -13,6 +13,7 @@ from prefect.client.orchestration import PrefectClient, get_client
 from prefect.client.schemas.actions import LogCreate
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.client.schemas.objects import FlowRun, State, StateType
+from prefect.client.schemas.responses import SetStateStatus
 from prefect.logging.loggers import LoggingAdapter
 from prefect.states import Cancelled, Crashed
 
@@ -96,7 +97,15 @@ async def _log_on_run(client: PrefectClient, run: UUID, message: str, *, level: 
     await client.create_logs([log])
 
 
-async def end_superseded(this_run: str, successor: str | None, log: LoggingAdapter) -> None:
+async def _set_final(client: PrefectClient, this_run: str, state: State[Any]) -> State[Any] | None:
+    """Set this run's final state (whatever it was); the state Prefect took, if it did."""
+    result = await client.set_flow_run_state(UUID(this_run), state, force=True)
+    return result.state if result.status == SetStateStatus.ACCEPT else None
+
+
+async def end_superseded(
+    this_run: str, successor: str | None, log: LoggingAdapter
+) -> State[Any] | None:
     """This run lost its workflow to ``successor`` (a newer flow run): say so, and end it
     Cancelled/Superseded, naming that run, rather than failed."""
     name = successor or "a newer run"
@@ -105,16 +114,17 @@ async def end_superseded(this_run: str, successor: str | None, log: LoggingAdapt
             if successor:
                 name = repr((await client.read_flow_run(UUID(successor))).name)
             message = f"Superseded by run {name} ({successor}), which carries the workflow on."
-            await client.set_flow_run_state(
-                UUID(this_run), Cancelled(name=SUPERSEDED, message=message), force=True
-            )
+            ended = await _set_final(client, this_run, Cancelled(name=SUPERSEDED, message=message))
     except Exception as exc:  # noqa: BLE001 - the store's epoch already stopped this run
         log.warning(f"Could not mark this run superseded ({exc}).")
-        return
+        return None
     log.warning(f"This run was superseded by run {name}; it stops here and does nothing more.")
+    return ended
 
 
-async def end_over_budget_run(this_run: str, over: OverBudget, log: LoggingAdapter) -> None:
+async def end_over_budget_run(
+    this_run: str, over: OverBudget, log: LoggingAdapter
+) -> State[Any] | None:
     """The run's workflow reached a limit and was ended for it: end the run Cancelled,
     named "Over budget", with the limit and how to carry the workflow on."""
     wf = over.workflow_id
@@ -122,7 +132,7 @@ async def end_over_budget_run(this_run: str, over: OverBudget, log: LoggingAdapt
         f"resume it once Coder's limit has reset or been raised (prefect-coder workflows "
         f"resume {wf})"
         if over.by_coder
-        else f"resume it with a higher limit (prefect-coder workflows resume {wf} --max-tokens …)"
+        else f"resume it with a higher limit (prefect-coder workflows resume {wf} {_flag(over)} …)"
     )
     message = (
         f"Over budget: {over.why}. Its chat is archived and nothing relaunches it; "
@@ -130,16 +140,22 @@ async def end_over_budget_run(this_run: str, over: OverBudget, log: LoggingAdapt
     )
     try:
         async with get_client() as client:
-            await client.set_flow_run_state(
-                UUID(this_run), Cancelled(name=OVER_BUDGET, message=message), force=True
-            )
+            ended = await _set_final(client, this_run, Cancelled(name=OVER_BUDGET, message=message))
     except Exception as exc:  # noqa: BLE001 - the store already says it is over budget
         log.warning(f"Could not mark this run over budget ({exc}).")
-        return
+        return None
     log.warning(message)
+    return ended
 
 
-async def end_cancelled_run(this_run: str, workflow_id: str, log: LoggingAdapter) -> None:
+def _flag(over: OverBudget) -> str:
+    """The ``workflows resume`` option that raises the limit ``over`` reached."""
+    return f"--{(over.limit or 'max_tokens').replace('_', '-')}"
+
+
+async def end_cancelled_run(
+    this_run: str, workflow_id: str, log: LoggingAdapter
+) -> State[Any] | None:
     """A person cancelled this run and its workflow was ended for it: end the run Cancelled,
     saying so (its process was still going, so nothing had ended it yet)."""
     message = (
@@ -148,31 +164,34 @@ async def end_cancelled_run(this_run: str, workflow_id: str, log: LoggingAdapter
     )
     try:
         async with get_client() as client:
-            await client.set_flow_run_state(UUID(this_run), Cancelled(message=message), force=True)
+            ended = await _set_final(client, this_run, Cancelled(message=message))
     except Exception as exc:  # noqa: BLE001 - the store's epoch already stopped this run
         log.warning(f"Could not mark this run cancelled ({exc}).")
-        return
+        return None
     log.warning(message)
+    return ended
 
 
-async def end_lost(this_run: str, why: str, log: LoggingAdapter, workflows: int = 1) -> bool:
+async def end_lost(
+    this_run: str, why: str, log: LoggingAdapter, workflows: int = 1
+) -> State[Any] | None:
     """The store stayed out of reach through every retry: nothing of the workflow failed,
     its run is lost. End it Crashed, saying so, for the orphan sweep to relaunch (a run
-    that ended Failed is never relaunched: it would only fail again). ``False`` when
-    Prefect's API is out of reach too, and the run fails as it would have. A run of many
-    workflows says how many it left."""
+    that ended Failed is never relaunched: it would only fail again). The state it ended
+    in; ``None`` when Prefect's API is out of reach too, and the run fails as it would
+    have. A run of many workflows says how many it left."""
     left = "the workflow was" if workflows == 1 else f"{workflows} workflows were"
     message = (
         f"Lost the durable store ({why}); {left} left running for the orphan sweep to relaunch."
     )
     try:
         async with get_client() as client:
-            await client.set_flow_run_state(UUID(this_run), Crashed(message=message), force=True)
+            ended = await _set_final(client, this_run, Crashed(message=message))
     except Exception as exc:  # noqa: BLE001 - then it fails, as it would have
         log.warning(f"Could not mark this run lost ({exc}).")
-        return False
+        return None
     log.error(f"This run stops here: {message}")
-    return True
+    return ended
 
 
 async def marked_superseded(flow_run_id: str) -> bool:

@@ -44,8 +44,12 @@ async def ended_over_budget(deployment: Any, wid: str, settings: dict[str, Any])
         await execute(run)
     async with get_client() as client:
         ended = await client.read_flow_run(run.id)
+        said = [g.message for g in await run_logs(client, run.id) if g.task_run_id is None]
     assert ended.state is not None and ended.state.type == StateType.CANCELLED
     assert ended.state.name == "Over budget", ended.state
+    # Prefect's own last word on the run is the state it ended in, not the Running it last knew.
+    finished = [m for m in said if m.startswith("Finished in state ")]
+    assert finished and finished[-1].startswith("Finished in state Over budget("), finished
     rt = Runtime.from_blocks()
     workflow = await rt.store.get_workflow(rt.tenant, wid)
     assert workflow is not None and workflow.state == WorkflowState.OVER_BUDGET
@@ -59,7 +63,7 @@ async def test_a_turn_budget_stops_the_workflow_and_a_resume_with_more_finishes_
     said = await ended_over_budget(deployment, wid, {"max_turns": 1})
     assert "it finished 1 turn(s), its limit is 1 (max_turns)" in said, said
     assert (
-        f"resume it with a higher limit (prefect-coder workflows resume {wid} --max-tokens" in said
+        f"resume it with a higher limit (prefect-coder workflows resume {wid} --max-turns" in said
     )
     workflow = await stored(sim, wid)
     assert workflow.chat_id is not None and sim.chat(workflow.chat_id).archived

@@ -229,8 +229,11 @@ async def test_a_run_whose_turns_a_successor_finished_ends_superseded(
     successor: State[str] = await two_turns(wait=False, return_state=True)
     assert successor.is_completed()
     resume.set()
-    with pytest.raises(Superseded):
+    with pytest.raises(Superseded) as caught:
         await cut_off
+    # The state it was ended in goes out with it: Prefect's last word on the run says it.
+    assert getattr(caught.value, "state", None) is not None
+    assert caught.value.state.name == "Superseded"
     await superseded_by_its_successor("wf-outrun")
     assert sent(sim, "[wf-outrun/step-2]") == 1  # B's alone
 

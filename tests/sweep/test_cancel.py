@@ -116,11 +116,12 @@ async def test_a_cancel_stops_a_running_turn_and_the_run_still_going_acts_no_mor
     await cancel(run.id, done=False)
     swept = await orphan_sweep(target_deployment="local")
     assert swept["cancelled"] == 1 and swept["relaunched"] == 0
-    with pytest.raises(WorkflowCancelled):
+    with pytest.raises(WorkflowCancelled) as caught:
         await asyncio.wait_for(going, 60)
     async with get_client() as client:
         ended = (await client.read_flow_run(run.id)).state
     assert ended is not None and ended.type == StateType.CANCELLED, ended
+    assert getattr(caught.value, "state", None) == ended  # what Prefect reports as its end
     assert "Cancelled by a person" in (ended.message or "")
     assert (await stored(coder_env, sim, wid)).state == WorkflowState.CANCELLED
     # Its step had made the chat but not checkpointed it yet: found by its label, archived.
