@@ -195,6 +195,7 @@ class DurableChat:
         else:
             if began.replay:
                 await self._hold.go_on(prompt)
+            self._check_budget(step)
             await self._save_patches()
             result = await self._run_turn(step, prompt, output)
         await self._hold.record(prompt, result)
@@ -274,6 +275,14 @@ class DurableChat:
     def _input_title(self, number: int) -> str:
         name = f"input {number}"
         return f"{self.workflow_id}, {name}" if not self.owns_run else name[:1].upper() + name[1:]
+
+    def _check_budget(self, step: int) -> None:
+        """Stop before a step the budget does not allow, from what this run's results say
+        the steps before it used, with no task run for it (a person would read a failed
+        one). The step's task checks the same against the store, so a run that read its
+        results some other way stops alike."""
+        spent = sum((r.usage for r in self.results), UsageTotals())
+        self.run.options.budget.check(self.workflow_id, step, spent)
 
     def _replayed(self, stored: StepRecord, prompt: str) -> StepResult:
         check_same_prompt(stored, prompt)

@@ -38,6 +38,13 @@ class Budget:
             return f"it cost {dollars(cost)}, its limit is {dollars(limit)} (max_cost_micros)"
         return None
 
+    def check(self, workflow_id: str, step: int, spent: UsageTotals) -> None:
+        """Raise :class:`OverBudget` when ``spent`` over the steps before ``step`` reached
+        a limit: ``step`` is not to be taken."""
+        why = self.reached(spent, step - 1)
+        if why is not None:
+            raise OverBudget(workflow_id, step, why)
+
 
 class OverBudget(CoderError):
     """The workflow reached a limit: of its own budget, or Coder's usage limit. It takes

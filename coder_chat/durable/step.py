@@ -190,9 +190,7 @@ _REASONS: dict[RecoveryReason, str] = {
 def check_budget(ctx: StepContext, spent: UsageTotals) -> None:
     """Raise :class:`OverBudget` when what the workflow's finished steps consumed (as the
     store holds it) reached a limit of its budget: this step is not taken."""
-    why = ctx.options.budget.reached(spent, ctx.step - 1)
-    if why is not None:
-        raise OverBudget(ctx.workflow_id, ctx.step, why)
+    ctx.options.budget.check(ctx.workflow_id, ctx.step, spent)
 
 
 def check_same_prompt(stored: StepRecord, prompt: str) -> None:

@@ -13,7 +13,12 @@ from typing import Any
 
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    FlowRunFilter,
+    FlowRunFilterId,
+)
 from prefect.client.schemas.objects import StateType
 
 from coder_chat.durable.records import WorkflowState
@@ -50,6 +55,14 @@ async def ended_over_budget(deployment: Any, wid: str, settings: dict[str, Any])
     # Prefect's own last word on the run is the state it ended in, not the Running it last knew.
     finished = [m for m in said if m.startswith("Finished in state ")]
     assert finished and finished[-1].startswith("Finished in state Over budget("), finished
+    if not settings:  # Coder's limit: the step whose send Coder refused is a task that failed
+        return ended.state.message or ""
+    # Its own budget: the step it did not take has no task run (a person would read it failed).
+    async with get_client() as client:
+        tasks = await client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id]))
+        )
+    assert [t.state_type for t in tasks] == [StateType.COMPLETED] * len(tasks), tasks
     rt = Runtime.from_blocks()
     workflow = await rt.store.get_workflow(rt.tenant, wid)
     assert workflow is not None and workflow.state == WorkflowState.OVER_BUDGET
