@@ -30,12 +30,13 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.deployments.flow_runs import arun_deployment
-from prefect.states import Crashed
+from prefect.states import Cancelled, Crashed
 
 from coder_chat.durable.records import WorkflowRecord
 from prefect_coder._run.logs import run_log
 from prefect_coder._run.marks import stopped_after_its_end
 from prefect_coder._run.naming import began_a_workflow
+from prefect_coder._run.pulse import heard_lately
 from prefect_coder._run.runtime import Ledger, Runtime
 from prefect_coder._run.task_policy import launch_task
 from prefect_coder.blocks import CoderCredentials
@@ -74,6 +75,7 @@ async def relaunch_lost_runs(
     relaunched = 0
     async with get_client() as client:
         await _settle_ended(client, deployment, within_seconds, running_for_seconds, ended)
+        await _settle_cancelled(client, deployment, within_seconds, pending_for_seconds)
         limits = {StateType.PENDING: pending_for_seconds, StateType.RUNNING: running_for_seconds}
         for run in await _candidates(client, deployment, within_seconds, limits):
             if str(run.id) in known or await _replaced(client, run):
@@ -145,6 +147,38 @@ async def _settle_ended(
         marked = stopped_after_its_end(workflow.workflow_id, workflow.state)
         await client.set_flow_run_state(run.id, marked, force=True)
         run_log().info(f"Run {run.name!r}: its process stopped after its workflow ended.")
+
+
+async def _settle_cancelled(
+    client: PrefectClient, deployment: str, within: float, silent_for: float
+) -> None:
+    """Runs a person cancelled whose process stopped before the cancel was carried out (its
+    host died with it, say): no worker is left to finish it, and they would read Cancelling
+    for good. One silent for ``silent_for`` seconds since the cancel is marked Cancelled; the
+    sweep ended its workflow when it saw the cancel, whatever became of the process."""
+    now = datetime.now(UTC)
+    runs = await client.read_flow_runs(
+        deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment])),
+        flow_run_filter=FlowRunFilter(
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.CANCELLING])),
+            expected_start_time=FlowRunFilterExpectedStartTime(
+                after_=now - timedelta(seconds=within)
+            ),
+        ),
+        limit=200,
+    )
+    for run in runs:
+        since = run.state.timestamp if run.state else None
+        if since is None or (now - since).total_seconds() < silent_for:
+            continue
+        if await heard_lately(client, run.id) is not None:
+            continue  # its process is going: it ends the run itself, or its worker does
+        message = (
+            "Cancelled by a person. Its process stopped before it could end this run, so the "
+            "orphan sweep did; its workflow was ended for the cancel."
+        )
+        await client.set_flow_run_state(run.id, Cancelled(message=message), force=True)
+        run_log().info(f"Run {run.name!r}: cancelled by a person, its process gone; ended.")
 
 
 async def _replaced(client: PrefectClient, run: FlowRun) -> bool:

@@ -9,7 +9,7 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 from prefect.client.schemas.objects import FlowRun, State, StateType
-from prefect.states import Crashed, Failed, Running, Suspended
+from prefect.states import Cancelling, Crashed, Failed, Running, Suspended
 
 from coder_chat.durable.markers import chat_labels
 from coder_chat.durable.records import WorkflowState
@@ -257,3 +257,22 @@ async def test_a_run_lost_before_it_began_its_workflow_is_relaunched_once(
             flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[replaces_tag(began.id)]))
         )
     assert relaunch.parameters == lost.parameters and others == []
+
+
+async def test_a_cancelled_run_whose_process_is_gone_is_ended_cancelled(
+    sim: Simulator, coder_env: Path
+) -> None:
+    """A person cancelled it, then its host died before the cancel was carried out: no
+    worker is left to end it, and it would read Cancelling for good (fleet campaign 29/6).
+    A cancel younger than the stale-heartbeat limit is left to the run and its worker; past
+    it, with nothing heard from the run, the sweep ends it Cancelled and says why."""
+    run = await a_deployed_run("refund-71", Cancelling())
+    await orphan_sweep(target_deployment="shop-refunds")
+    async with get_client() as client:
+        young = (await client.read_flow_run(run.id)).state
+    assert young is not None and young.type == StateType.CANCELLING, young
+    await orphan_sweep(target_deployment="shop-refunds", stale_heartbeat_seconds=0)
+    async with get_client() as client:
+        ended = (await client.read_flow_run(run.id)).state
+    assert ended is not None and ended.type == StateType.CANCELLED, ended
+    assert (ended.message or "").startswith("Cancelled by a person. Its process stopped")
