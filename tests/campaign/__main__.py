@@ -37,10 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="prefect-coder-campaign-home-")
     atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True)
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
-
     from tests.lab.steps import VARIANTS
+    from tests.prefect_test_api import prefect_test_api
 
     from .campaign import CampaignOptions, run_campaign
 
@@ -60,8 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     def note(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    with prefect_test_harness(server_startup_timeout=120):
-        api_url = str(PREFECT_API_URL.value())
+    with prefect_test_api() as api_url:  # its own, on a copy of a migrated SQLite file
         report = asyncio.run(run_campaign(options, api_url, out=print, note=note))
     print(report.line, flush=True)
     return 0 if report.violations == 0 and not report.errors else 1
