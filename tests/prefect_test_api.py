@@ -34,7 +34,7 @@ STARTUP_TIMEOUT = 120
 
 
 @contextlib.contextmanager
-def prefect_test_api() -> Iterator[str]:
+def prefect_test_api(startup_timeout: int = STARTUP_TIMEOUT) -> Iterator[str]:
     """What ``prefect_test_harness`` does, on a copy of :func:`migrated_sqlite`; yields the
     API's URL, which Prefect's settings name while it runs."""
     with tempfile.TemporaryDirectory(prefix="prefect-coder-api-") as folder:
@@ -47,7 +47,7 @@ def prefect_test_api() -> Iterator[str]:
             prior = SubprocessASGIServer._instances.get(None)
             SubprocessASGIServer._instances[None] = server
             try:
-                server.start(timeout=STARTUP_TIMEOUT)
+                server.start(timeout=startup_timeout)
                 with (
                     temporary_settings(updates={PREFECT_API_URL: server.api_url}),
                     # Seen by contexts copied before it started, as the harness makes it.
