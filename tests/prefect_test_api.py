@@ -11,6 +11,7 @@ import fcntl
 import inspect
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -89,14 +90,21 @@ def migrated_sqlite() -> Path:
 
 
 def _migrate(database: Path, home: Path) -> None:
-    env = {
-        "PREFECT_HOME": str(home / "prefect-home"),
-        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
-        "PREFECT_SERVER_DATABASE_CONNECTION_URL": f"sqlite+aiosqlite:///{database}",
-    }
+    """``prefect server database upgrade`` on ``database``; then everything in the file itself
+    (Prefect's SQLite runs in WAL mode), so that a copy of the file alone is the database."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+    env.update(
+        PREFECT_HOME=str(home / "prefect-home"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_SERVER_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{database}",
+    )
     prefect_cli = Path(sys.executable).parent / "prefect"
     command = [str(prefect_cli), "server", "database", "upgrade", "-y"]
-    subprocess.run(command, env={**os.environ, **env}, check=True, capture_output=True)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"Prefect's migrations failed: {done.stderr[-2000:]}")
+    with contextlib.closing(sqlite3.connect(database)) as db:
+        db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
 @contextlib.contextmanager
