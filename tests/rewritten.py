@@ -28,8 +28,9 @@ from _pytest.assertion.rewrite import (
 
 def write_rewritten_tests(config: pytest.Config, tests: Path) -> None:
     """The rewritten code of every module under ``tests`` pytest rewrites on import (test
-    modules and conftests), where pytest looks for it, unless already there and current."""
-    if config.getoption("assertmode") != "rewrite":
+    modules and conftests), where pytest looks for it, unless already there and current.
+    Only when xdist workers will read it: ``-n 0`` rewrites only what it imports, as before."""
+    if config.getoption("assertmode") != "rewrite" or config.getoption("dist", "no") == "no":
         return
     state = config.stash[assertstate_key]
     for module in sorted(tests.rglob("*.py")):
