@@ -20,21 +20,23 @@ from bench._simproc import SimProcess
 
 @contextmanager
 def prefect_api() -> Iterator[Path]:
-    """Prefect's test API (a temporary server in a subprocess, its own database), with
-    results persisted under a temporary directory; yields that directory.
+    """Prefect's test API (a temporary server in a subprocess, its own database: a copy of a
+    migrated one, see tests/prefect_test_api.py), with results persisted under a temporary
+    directory; yields that directory.
 
     Analytics are off (no network here). Logging is Prefect's default, as a worker
     has it: run logs at INFO go to the API and to the console (stderr).
     """
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
     from prefect.settings import PREFECT_LOCAL_STORAGE_PATH, temporary_settings
-    from prefect.testing.utilities import prefect_test_harness
+
+    from tests.prefect_test_api import prefect_test_api
 
     with tempfile.TemporaryDirectory(prefix="prefect-coder-bench-") as tmp:
         results = Path(tmp) / "results"
         with (
             temporary_settings(updates={PREFECT_LOCAL_STORAGE_PATH: results}),
-            prefect_test_harness(server_startup_timeout=180),
+            prefect_test_api(startup_timeout=180),
         ):
             yield Path(tmp)
 

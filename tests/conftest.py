@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from coder_chat.simulator import Simulator, serve_simulator
+from tests.rewritten import write_rewritten_tests
 from tests.sim_timings import fast_config
 
 atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True)
@@ -38,6 +39,7 @@ def pytest_configure(config: pytest.Config) -> None:
         root = Path(__file__).resolve().parents[1]
         for package in ("prefect_coder", "coder_chat", "tests"):  # the labs run tests.*
             compileall.compile_dir(root / package, quiet=1)
+        write_rewritten_tests(config, root / "tests")  # what pytest itself imports of tests/
 
 
 @pytest.fixture

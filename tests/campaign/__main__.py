@@ -1,4 +1,8 @@
-"""``python -m tests.campaign --count N --seed S [--parallel K] [--only I ...] [--variant V ...]``."""
+"""``python -m tests.campaign --count N --seed S [--parallel K] [--only I ...] [--variant V ...]``.
+
+It runs against a Prefect test API of its own (tests/prefect_test_api.py), unless
+``PREFECT_CODER_LAB_API_URL`` names one to share (the docs' tests give their session's).
+"""
 
 from __future__ import annotations
 
@@ -10,7 +14,12 @@ import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+#: A Prefect API to run against instead of a test API of the campaign's own.
+SHARED_API = "PREFECT_CODER_LAB_API_URL"
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -37,9 +46,6 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["PREFECT_HOME"] = tempfile.mkdtemp(prefix="prefect-coder-campaign-home-")
     atexit.register(shutil.rmtree, os.environ["PREFECT_HOME"], ignore_errors=True)
     os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"
-    from prefect.settings import PREFECT_API_URL
-    from prefect.testing.utilities import prefect_test_harness
-
     from tests.lab.steps import VARIANTS
 
     from .campaign import CampaignOptions, run_campaign
@@ -60,11 +66,27 @@ def main(argv: list[str] | None = None) -> int:
     def note(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    with prefect_test_harness(server_startup_timeout=120):
-        api_url = str(PREFECT_API_URL.value())
+    with prefect_api() as api_url:
         report = asyncio.run(run_campaign(options, api_url, out=print, note=note))
     print(report.line, flush=True)
     return 0 if report.violations == 0 and not report.errors else 1
+
+
+@contextmanager
+def prefect_api() -> Iterator[str]:
+    """The API the campaign's runs report to: the shared one ``SHARED_API`` names, or a
+    test API of its own (a server in a subprocess, on a temporary SQLite file)."""
+    shared = os.environ.get(SHARED_API)
+    if shared:
+        from prefect.settings import PREFECT_API_URL, temporary_settings
+
+        with temporary_settings(updates={PREFECT_API_URL: shared}):
+            yield shared
+        return
+    from tests.prefect_test_api import prefect_test_api
+
+    with prefect_test_api() as api_url:
+        yield api_url
 
 
 if __name__ == "__main__":

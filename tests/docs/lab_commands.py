@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prefect.settings import PREFECT_API_URL
 
 from tests.docs.needs import check_needs
 
@@ -31,6 +32,8 @@ LAB_MODULE = re.compile(r"(?:tests|bench)\.[a-z_]+")
 _SPAN = re.compile(r"`(python -m (?:tests|bench)\.[^`]*)`")
 _LINE = re.compile(r"^(python -m (?:tests|bench)\.[^#\n]*)", re.M)
 _ELIDED = "…"
+#: What a lab that can share a Prefect API reads (tests/campaign/__main__.py's SHARED_API).
+LAB_API = "PREFECT_CODER_LAB_API_URL"
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,8 @@ class Tiny:
     timeout: float = 600  # a safety net: a tiny run takes seconds to two minutes, more if loaded
     needs: tuple[str, ...] = field(default=())  # beyond the venv: names of tests/docs/needs.py
     add_missing: bool = True
+    #: Runs against the Prefect API ``PREFECT_CODER_LAB_API_URL`` names, when given one.
+    shares_api: bool = False
 
 
 def doc_commands() -> list[list[str]]:
@@ -92,6 +97,7 @@ TINY = {
         r"^campaign: 1 schedules, 0 violations",
         needs=("private postgres",),
         add_missing=False,
+        shares_api=True,
     ),
     "tests.fleet": Tiny(
         {"--count": "1"},
@@ -170,30 +176,49 @@ def tiny_params(modules: re.Pattern[str]) -> list[Any]:
     ]
 
 
-def run_tiny(argv: list[str], clone: Path) -> str:
-    """Run the command in the clone with this venv's python; its output, once it exited 0 and
-    printed its recipe's proof."""
+def shared_api(
+    argv: list[str], modules: re.Pattern[str], request: pytest.FixtureRequest
+) -> str | None:
+    """The session's Prefect test API for a command of ``modules`` to run against, or None.
+
+    None for the first command of the modules: it starts an API of its own, as a reader's
+    run does, so that start stays tested; each of the others saves one (seconds of CPU).
+    """
+    if not TINY[argv[1]].shares_api or argv == tiny_commands(modules)[0]:
+        return None
+    request.getfixturevalue("prefect_api")
+    return str(PREFECT_API_URL.value())
+
+
+def run_tiny(argv: list[str], clone: Path, api: str | None = None) -> str:
+    """Run the command in the clone with this venv's python (against ``api``, when given:
+    see :func:`shared_api`); its output, once it exited 0 and printed its recipe's proof."""
     recipe = TINY[argv[1]]
     check_needs(recipe.needs)
+    env = {**os.environ}
+    if api is not None:
+        assert recipe.shares_api, f"{argv[1]} starts its own Prefect API"
+        env[LAB_API] = api
     with tempfile.TemporaryDirectory(prefix="prefect-coder-docs-") as folder:
         if recipe.workdir:
             # The fleet's PostgreSQL servers run as "postgres" and must pass through the
             # folder: pytest's own temporary folders are its owner's alone (mode 700).
             Path(folder).chmod(0o755)
             argv = [*argv, "--workdir", folder]
-        code, output = _run(argv, clone, recipe.timeout)
+        code, output = _run(argv, clone, recipe.timeout, env)
     tail = output[-4000:]
     assert code == 0, f"{' '.join(argv)} exited {code}:\n{tail}"
     assert re.search(recipe.proof, output, re.M), f"no line matches {recipe.proof!r}:\n{tail}"
     return output
 
 
-def _run(argv: list[str], cwd: Path, timeout: float) -> tuple[int, str]:
+def _run(argv: list[str], cwd: Path, timeout: float, env: dict[str, str]) -> tuple[int, str]:
     """Its exit code and output (stdout and stderr). Past ``timeout`` its process group is
     asked to stop (a lab tears its servers down on SIGTERM), then killed."""
     with subprocess.Popen(
         [sys.executable, *argv],
         cwd=cwd,
+        env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

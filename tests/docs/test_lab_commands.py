@@ -20,6 +20,7 @@ from tests.docs.lab_commands import (
     TINY,
     doc_commands,
     run_tiny,
+    shared_api,
     tiny,
     tiny_params,
 )
@@ -54,5 +55,7 @@ def test_a_tiny_run_keeps_the_options_as_written_but_the_sizes() -> None:
 
 
 @pytest.mark.parametrize("argv", tiny_params(CAMPAIGN))
-def test_campaign_command_runs_tiny(argv: list[str], clone: Path) -> None:
-    run_tiny(argv, clone)
+def test_campaign_command_runs_tiny(
+    argv: list[str], clone: Path, request: pytest.FixtureRequest
+) -> None:
+    run_tiny(argv, clone, shared_api(argv, CAMPAIGN, request))

@@ -9,7 +9,9 @@ side, so a test waits for the server's health only after both were started).
 
 from __future__ import annotations
 
+import asyncio
 import shlex
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,7 @@ from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.workers.process import ProcessWorker
 
 from prefect_coder.blocks import CoderCredentials
+from tests.prefect_test_api import migrated_sqlite
 
 from .procs import Proc, Processes, clean_env, free_port, http_ok, until, wait_for_line
 
@@ -67,7 +70,8 @@ async def start_server(
     procs: Processes, tmp: Path, env: dict[str, str], database: str | None, ui: bool = False
 ) -> Server:
     """Start the server on a free port, its database the PostgreSQL at ``database`` (None:
-    Prefect's own SQLite file under ``PREFECT_HOME``).
+    Prefect's own SQLite file under ``PREFECT_HOME``, there already as a copy of one its
+    migrations ran on, :func:`~tests.prefect_test_api.migrated_sqlite`: seconds of its start).
 
     The port is a setting, not ``--port``: with ``--port`` alone the UI would look for the
     API on 4200.
@@ -78,12 +82,20 @@ async def start_server(
         "PREFECT_SERVER_API_HOST": "127.0.0.1",
         "PREFECT_SERVER_API_PORT": str(port),
     }
-    if database is not None:
+    if database is None:  # the first copy waits for the migrations: not on this loop
+        await asyncio.to_thread(_migrated_sqlite_in, Path(env["PREFECT_HOME"]))
+    else:
         async_url = database.replace("postgresql://", "postgresql+asyncpg://", 1)
         server_env["PREFECT_API_DATABASE_CONNECTION_URL"] = async_url
     argv = ["server", "start", "--no-scheduler", *([] if ui else ["--no-ui"])]
     proc = await procs.start("server", PREFECT, *argv, env=server_env, cwd=tmp)
     return Server(proc, f"http://127.0.0.1:{port}")
+
+
+def _migrated_sqlite_in(home: Path) -> None:
+    """Prefect's SQLite file in ``home``, where Prefect keeps it: a copy of a migrated one."""
+    home.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(migrated_sqlite(), home / "prefect.db")
 
 
 async def start_simulator(
