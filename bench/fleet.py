@@ -390,16 +390,8 @@ def run_cli(*argv: str, env: dict[str, str]) -> None:
 
 @contextlib.contextmanager
 def worker(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [PREFECT, "--no-prompt", "worker", "start", "--pool", POOL, "--name", "bench-worker"],
-            cwd=log.parent,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    argv = [PREFECT, "--no-prompt", "worker", "start", "--pool", POOL, "--name", "bench-worker"]
+    proc = spawn(argv, env, log)
     try:
         yield proc
     finally:
@@ -410,6 +402,20 @@ def worker(env: dict[str, str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, 9)
         proc.wait()
+
+
+def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    """``argv`` in a session of its own, in ``log``'s folder, its output into ``log``."""
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            argv,
+            cwd=log.parent,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def free_port() -> int:
@@ -434,16 +440,7 @@ def prefect_server(tmp: Path) -> Iterator[str]:
     env = cli_env(api, tmp / "server-home")
     env["PREFECT_SERVER_DATABASE_CONNECTION_URL"] = f"sqlite+aiosqlite:///{database}"
     argv = [PREFECT, "server", "start", "--host", "127.0.0.1", "--port", str(port)]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [*argv, "--no-ui", "--no-scheduler"],
-            cwd=tmp,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    proc = spawn([*argv, "--no-ui", "--no-scheduler"], env, log)
     try:
         give_up = time.monotonic() + 180
         while True:

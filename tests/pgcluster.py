@@ -201,7 +201,7 @@ def prefect_ready_data() -> Path:
     under a lock, so that a test session's workers and the labs' children share it; CI's
     temporary folder goes at the end of the run, elsewhere it stays as a cache (about 40 MB)."""
     home = Path(tempfile.gettempdir()) / f"prefect-coder-pg-prefect-{prefect.__version__}"
-    with _locked(home.with_suffix(".lock")):
+    with locked(home.with_suffix(".lock")):
         if not (home / "ready").exists():
             shutil.rmtree(home, ignore_errors=True)
             home.mkdir()
@@ -230,7 +230,8 @@ def _migrate(dsn: str, home: Path) -> None:
 
 
 @contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
+    """Held by this process alone (others, this machine's, wait) until the block ends."""
     with path.open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:

@@ -7,7 +7,6 @@ third of its CPU), paid by every xdist worker's session and every campaign.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import inspect
 import os
 import shutil
@@ -30,6 +29,8 @@ from prefect.settings import (
 )
 from prefect.testing.utilities import _find_available_port
 from prefect.utilities.asyncutils import run_coro_as_sync
+
+from tests.pgcluster import locked
 
 STARTUP_TIMEOUT = 120
 
@@ -80,7 +81,7 @@ def migrated_sqlite() -> Path:
     it; CI's temporary folder goes at the end of the run, elsewhere it stays as a cache."""
     home = Path(tempfile.gettempdir()) / f"prefect-coder-sqlite-prefect-{prefect.__version__}"
     database = home / "prefect.db"
-    with _locked(home.with_suffix(".lock")):
+    with locked(home.with_suffix(".lock")):
         if not (home / "ready").exists():
             shutil.rmtree(home, ignore_errors=True)
             home.mkdir()
@@ -105,13 +106,3 @@ def _migrate(database: Path, home: Path) -> None:
         raise RuntimeError(f"Prefect's migrations failed: {done.stderr[-2000:]}")
     with contextlib.closing(sqlite3.connect(database)) as db:
         db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with path.open("a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -128,25 +128,38 @@ async def _settle_ended(
     """Runs still shown Running long after the workflow they held ended (their process
     stopped between ending it and telling Prefect): marked Crashed, saying so, so that
     nobody takes them for live ones. Nothing is left for them to do."""
+    for run in await _in_state_for(client, deployment, within, StateType.RUNNING, running_for):
+        workflow = ended.get(str(run.id))
+        if workflow is None:
+            continue
+        marked = stopped_after_its_end(workflow.workflow_id, workflow.state)
+        await client.set_flow_run_state(run.id, marked, force=True)
+        run_log().info(f"Run {run.name!r}: its process stopped after its workflow ended.")
+
+
+async def _in_state_for(
+    client: PrefectClient, deployment: str, within: float, state: StateType, at_least: float
+) -> list[FlowRun]:
+    """The runs of ``deployment`` expected to start in the last ``within`` seconds that have
+    been in ``state`` for ``at_least`` seconds."""
     now = datetime.now(UTC)
     runs = await client.read_flow_runs(
         deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment])),
         flow_run_filter=FlowRunFilter(
-            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.RUNNING])),
+            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[state])),
             expected_start_time=FlowRunFilterExpectedStartTime(
                 after_=now - timedelta(seconds=within)
             ),
         ),
         limit=200,
     )
-    for run in runs:
-        workflow = ended.get(str(run.id))
-        since = run.state.timestamp if run.state else None
-        if workflow is None or since is None or (now - since).total_seconds() < running_for:
-            continue
-        marked = stopped_after_its_end(workflow.workflow_id, workflow.state)
-        await client.set_flow_run_state(run.id, marked, force=True)
-        run_log().info(f"Run {run.name!r}: its process stopped after its workflow ended.")
+    return [
+        run
+        for run in runs
+        if run.state is not None
+        and run.state.timestamp is not None
+        and (now - run.state.timestamp).total_seconds() >= at_least
+    ]
 
 
 async def _settle_cancelled(
@@ -156,21 +169,7 @@ async def _settle_cancelled(
     host died with it, say): no worker is left to finish it, and they would read Cancelling
     for good. One silent for ``silent_for`` seconds since the cancel is marked Cancelled; the
     sweep ended its workflow when it saw the cancel, whatever became of the process."""
-    now = datetime.now(UTC)
-    runs = await client.read_flow_runs(
-        deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment])),
-        flow_run_filter=FlowRunFilter(
-            state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.CANCELLING])),
-            expected_start_time=FlowRunFilterExpectedStartTime(
-                after_=now - timedelta(seconds=within)
-            ),
-        ),
-        limit=200,
-    )
-    for run in runs:
-        since = run.state.timestamp if run.state else None
-        if since is None or (now - since).total_seconds() < silent_for:
-            continue
+    for run in await _in_state_for(client, deployment, within, StateType.CANCELLING, silent_for):
         if await heard_lately(client, run.id) is not None:
             continue  # its process is going: it ends the run itself, or its worker does
         message = (

@@ -90,6 +90,9 @@ class HostPg(PgCluster):
         self.port = PORT
         self.tls = setup.tls
         self.statement_log = setup.statement_log
+        #: The statement log's folder (:mod:`.storelog`), and the certificate clients verify.
+        self.log_folder = root / "statements"
+        self.certificate = root / "server.crt"
         # pg_ctl's readiness probe must reach the server where it listens: in the namespace.
         self.prefix = ["ip", "netns", "exec", host.ns]
 
@@ -100,14 +103,6 @@ class HostPg(PgCluster):
         dsn = f"postgresql://{setup.role}:{setup.password}@{self.listen}:{self.port}/"
         query = {"sslmode": "verify-full", "sslrootcert": str(self.certificate)}
         return dsn + setup.database + (f"?{urlencode(query)}" if self.tls else "")
-
-    @property
-    def log_folder(self) -> Path:
-        return self.root / "statements"
-
-    @property
-    def certificate(self) -> Path:
-        return self.root / "server.crt"
 
     def _options(self) -> str:
         options = (

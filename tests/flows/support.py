@@ -9,11 +9,12 @@ from uuid import UUID
 from prefect.client.orchestration import PrefectClient, get_client
 from prefect.client.schemas.filters import (
     FlowRunFilter,
+    FlowRunFilterId,
     FlowRunFilterName,
     LogFilter,
     LogFilterFlowRunId,
 )
-from prefect.client.schemas.objects import FlowRun, Log, StateType
+from prefect.client.schemas.objects import FlowRun, Log, StateType, TaskRun
 from prefect.logging.handlers import APILogHandler
 
 from coder_chat.simulator import Simulator
@@ -53,6 +54,13 @@ async def superseded_by_its_successor(workflow_id: str) -> FlowRun:
     assert old.state is not None and old.state.type == StateType.CANCELLED
     assert old.state.name == "Superseded" and new.name in (old.state.message or "")
     return new
+
+
+async def task_runs_of(client: PrefectClient, flow_run_id: UUID) -> list[TaskRun]:
+    """The task runs of a flow run."""
+    return await client.read_task_runs(
+        flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[flow_run_id]))
+    )
 
 
 async def run_logs(client: PrefectClient, flow_run_id: UUID) -> list[Log]:

@@ -13,12 +13,7 @@ from typing import Any
 
 import pytest
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import (
-    ArtifactFilter,
-    ArtifactFilterFlowRunId,
-    FlowRunFilter,
-    FlowRunFilterId,
-)
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 from prefect.client.schemas.objects import StateType
 
 from coder_chat.durable.records import WorkflowState
@@ -32,7 +27,7 @@ from tests.lab.truth import committed_usage
 from tests.names import workflow_tag
 
 from .reviews import SECOND, deploy, execute, run_from_deployment, runs_tagged, stored
-from .support import run_logs, sent
+from .support import run_logs, sent, task_runs_of
 
 pytestmark = [pytest.mark.usefixtures("prefect_api"), pytest.mark.timeout(120)]
 
@@ -59,9 +54,7 @@ async def ended_over_budget(deployment: Any, wid: str, settings: dict[str, Any])
         return ended.state.message or ""
     # Its own budget: the step it did not take has no task run (a person would read it failed).
     async with get_client() as client:
-        tasks = await client.read_task_runs(
-            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id]))
-        )
+        tasks = await task_runs_of(client, run.id)
     assert [t.state_type for t in tasks] == [StateType.COMPLETED] * len(tasks), tasks
     rt = Runtime.from_blocks()
     workflow = await rt.store.get_workflow(rt.tenant, wid)
