@@ -479,7 +479,9 @@ async def test_a_prompt_queued_behind_a_live_run_gets_only_its_own_output(sim: S
 async def test_a_timed_out_queued_prompt_is_withdrawn(sim: Simulator) -> None:
     (busy,) = sim.seed(1, status="running")  # a run that never ends by itself
     chat_id = str(busy)
-    session = session_for(sim, chat_id=chat_id, request_timeout=0.3)
+    # Long enough for the send's answer to come back on a loaded machine: the prompt is
+    # known queued, so it is withdrawn (a send whose answer never came is another case).
+    session = session_for(sim, chat_id=chat_id, request_timeout=2.0)
     with pytest.raises(CoderChatError) as timed_out:
         await session.generate("never mind")
     await session.aclose()

@@ -104,19 +104,47 @@ def teardown(slot: Slot) -> None:
 
 
 def kill_namespace(ns: str) -> list[int]:
-    """SIGKILL every process in namespace ``ns`` (frozen first, so none forks meanwhile)."""
+    """SIGKILL every process in namespace ``ns`` (frozen first, so none forks meanwhile).
+
+    Each is held by a pidfd, then checked to be in ``ns``, before it is signalled: a process
+    listed that exits before it is signalled may give its number to a new process elsewhere
+    (this machine's pid_max is 32768, and a test run spawns that many), which must not be
+    killed in its place (a changed-prompt run on w3 was, in a CI run of the fleet scenario).
+    """
     killed: list[int] = []
+    try:
+        home = os.stat(f"/run/netns/{ns}").st_ino
+    except FileNotFoundError:
+        return killed  # no such namespace: nothing runs in it
     for _ in range(50):
-        pids = namespace_pids(ns)
-        if not pids:
+        held = [h for pid in namespace_pids(ns) if (h := _hold(pid, home)) is not None]
+        if not held:
             return killed
         for sig in (signal.SIGSTOP, signal.SIGKILL):
-            for pid in pids:
+            for _pid, fd in held:
                 with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
-        killed += pids
+                    signal.pidfd_send_signal(fd, sig)
+        for pid, fd in held:
+            os.close(fd)
+            killed.append(pid)
         time.sleep(0.05)
     raise RuntimeError(f"processes in {ns} survived SIGKILL: {namespace_pids(ns)}")
+
+
+def _hold(pid: int, namespace: int) -> tuple[int, int] | None:
+    """A pidfd on ``pid`` if it is a process in the network namespace ``namespace`` (its
+    inode) once held; None if it is gone or elsewhere."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return None
+    try:
+        if os.stat(f"/proc/{pid}/ns/net").st_ino == namespace:
+            return pid, fd
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        pass
+    os.close(fd)
+    return None
 
 
 def namespace_pids(ns: str) -> list[int]:
