@@ -8,7 +8,6 @@ stops a workflow the same way, with Coder's figures: its refusal is never retrie
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -27,23 +26,26 @@ class Budget:
     #: How many steps (turns) it may finish.
     max_turns: int | None = None
 
-    def reached(self, spent: UsageTotals, finished: int) -> str | None:
-        """Which limit ``spent`` over ``finished`` steps reached, in words; ``None``: none."""
+    def reached(self, spent: UsageTotals, finished: int) -> tuple[str, str] | None:
+        """Which limit ``spent`` over ``finished`` steps reached: its setting's name, and
+        the words that say so; ``None``: none."""
         if self.max_turns is not None and finished >= self.max_turns:
-            return f"it finished {finished} turn(s), its limit is {self.max_turns} (max_turns)"
+            return "max_turns", f"it finished {finished} turn(s), its limit is {self.max_turns}"
         if self.max_tokens is not None and spent.tokens >= self.max_tokens:
-            return f"it used {spent.tokens:,} tokens, its limit is {self.max_tokens:,} (max_tokens)"
+            words = f"it used {spent.tokens:,} tokens, its limit is {self.max_tokens:,}"
+            return "max_tokens", words
         cost, limit = spent.total_cost_micros, self.max_cost_micros
         if limit is not None and cost is not None and cost >= limit:
-            return f"it cost {dollars(cost)}, its limit is {dollars(limit)} (max_cost_micros)"
+            return "max_cost_micros", f"it cost {dollars(cost)}, its limit is {dollars(limit)}"
         return None
 
     def check(self, workflow_id: str, step: int, spent: UsageTotals) -> None:
         """Raise :class:`OverBudget` when ``spent`` over the steps before ``step`` reached
         a limit: ``step`` is not to be taken."""
-        why = self.reached(spent, step - 1)
-        if why is not None:
-            raise OverBudget(workflow_id, step, why)
+        reached = self.reached(spent, step - 1)
+        if reached is not None:
+            limit, words = reached
+            raise OverBudget(workflow_id, step, f"{words} ({limit})", limit=limit)
 
 
 class OverBudget(CoderError):
@@ -59,23 +61,20 @@ class OverBudget(CoderError):
         step: int,
         why: str,
         *,
+        limit: str | None = None,
         by_coder: bool = False,
         resets_at: datetime | None = None,
     ) -> None:
         self.workflow_id = workflow_id
         self.step = step
         self.why = why
+        #: The workflow's own setting whose limit was reached (``max_turns``, ``max_tokens``
+        #: or ``max_cost_micros``); ``None`` when Coder's usage limit stopped it.
+        self.limit = limit
         #: Coder's usage limit stopped it (not the workflow's own budget).
         self.by_coder = by_coder
         self.resets_at = resets_at
         super().__init__(f"workflow {workflow_id!r} stopped over budget at step {step}: {why}")
-
-    @property
-    def limit(self) -> str | None:
-        """The workflow's own setting whose limit was reached (``max_turns``, ``max_tokens``
-        or ``max_cost_micros``, as :meth:`Budget.reached` names it); ``None`` for Coder's."""
-        named = re.search(r"\((max_[a-z_]+)\)$", self.why)
-        return named[1] if named and not self.by_coder else None
 
     @classmethod
     def from_coder(cls, workflow_id: str, step: int, exc: BaseException) -> OverBudget | None:
