@@ -6,7 +6,7 @@ import asyncio
 import re
 import secrets
 import shlex
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -79,6 +79,8 @@ class Fleet:
     block_key: str = field(default_factory=lambda: Fernet.generate_key().decode())
     #: What a client without it got from the API, and one with it (:mod:`.door`).
     door: Door | None = None
+    #: Where the lab tells a person what it is doing (the campaign's notes).
+    say: Callable[[str], None] = print
 
     @property
     def api_url(self) -> str:

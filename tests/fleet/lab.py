@@ -49,7 +49,7 @@ async def open_fleet(
     try:
         async with AsyncExitStack() as stack:
             fleet = await _fleet(stack, root, slot, workers, timings or Timings())
-            fleet.sweep_queue = sweep_queue
+            fleet.sweep_queue, fleet.say = sweep_queue, say
             settings = {PREFECT_API_URL: fleet.api_url, PREFECT_API_AUTH_STRING: fleet.auth_string}
             stack.enter_context(temporary_settings(updates=settings))
             await _start(fleet, say)

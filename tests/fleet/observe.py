@@ -9,7 +9,7 @@ workflow (and, through the witness, the host it runs on).
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import time
 from dataclasses import dataclass, field
 
 from coder_chat.durable.records import WorkflowRecord, WorkflowState
@@ -34,18 +34,43 @@ class Observer:
     workflow_ids: list[str]
     witness: Witness
     progress: dict[str, Progress] = field(default_factory=dict)
+    #: When a read of the store last failed, and how (kept for :meth:`describe`).
+    failed_at: float = 0.0
+    failure: str = ""
 
     async def watch(self) -> None:
         while True:
             for workflow_id in self.workflow_ids:
-                with contextlib.suppress(CoderError, OSError):
+                try:
                     await self._look(workflow_id)
+                except (CoderError, OSError) as exc:
+                    self.failed_at, self.failure = time.monotonic(), f"{type(exc).__name__}: {exc}"
             await asyncio.sleep(POLL)
 
     async def _look(self, workflow_id: str) -> None:
         record = await self.store.get_workflow(self.tenant, workflow_id)
         steps = await self.store.list_steps(self.tenant, workflow_id)
         self.progress[workflow_id] = Progress(record, len(steps))
+
+    def describe(self) -> str:
+        """Each workflow as the store last told it, and the store's last failed read: what
+        a person watching a long wait needs to see."""
+        parts = [self._describe_one(w) for w in self.workflow_ids]
+        if self.failure:
+            ago = time.monotonic() - self.failed_at
+            parts.append(f"last failed read of the store {ago:.0f}s ago: {self.failure[:200]}")
+        return "; ".join(parts)
+
+    def _describe_one(self, workflow_id: str) -> str:
+        progress = self.progress.get(workflow_id, Progress())
+        record = progress.record
+        if record is None:
+            return f"{workflow_id} not begun"
+        where = self.host_of(workflow_id) or "no host seen"
+        return (
+            f"{workflow_id} {record.state.value} at epoch {record.epoch}, "
+            f"{progress.steps_done} steps, held by run {(record.flow_run_id or '?')[:8]} on {where}"
+        )
 
     def epoch(self, workflow_id: str) -> int:
         record = self.progress.get(workflow_id, Progress()).record

@@ -49,6 +49,9 @@ POLL = 1.0
 ALIVE = 3.0
 #: A sweep run with no live process for this long is stuck.
 STUCK = 60.0
+#: While the lab waits for a phase, it says what it waits on this often (a campaign
+#: stopped by a signal, or by a test's time limit, leaves that behind).
+TELL_EVERY = 60.0
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,8 @@ async def play(
             limits.work,
             "work",
             played,
+            fleet.say,
+            observer.describe,
         )
         played.all_ended = datetime.now(UTC)
     finally:
@@ -112,11 +117,11 @@ async def play(
         await _stop_people(people, played)
         await _restart_dead_workers(fleet, played)
         await cancel_all([watching])
-    await _wait(lambda: _quiet(fleet, played), limits.quiet, "quiet", played)
+    await _wait(lambda: _quiet(fleet, played), limits.quiet, "quiet", played, fleet.say)
     await _silence(fleet, played)
-    await _wait(lambda: _settled(played), limits.quiet, "runs settled", played)
+    await _wait(lambda: _settled(played), limits.quiet, "runs settled", played, fleet.say)
     await _free_stuck_sweeps(fleet, played)
-    await _wait(lambda: _swept(fleet, played), limits.sweep, "sweep", played)
+    await _wait(lambda: _swept(fleet, played), limits.sweep, "sweep", played, fleet.say)
     return played
 
 
@@ -165,15 +170,28 @@ async def _lost(played: Played, unbegun: list[str], timings: Timings) -> set[str
 
 
 async def _wait(
-    probe: Callable[[], Awaitable[bool]], limit: float, phase: str, played: Played
+    probe: Callable[[], Awaitable[bool]],
+    limit: float,
+    phase: str,
+    played: Played,
+    say: Callable[[str], None],
+    status: Callable[[], str] = lambda: "",
 ) -> None:
-    give_up = time.monotonic() + limit
+    started = time.monotonic()
+    give_up, tell_at = started + limit, started + TELL_EVERY
     while time.monotonic() < give_up:
         # A probe that reads Prefect's API while a fault restarts its server asks again.
         with contextlib.suppress(httpx.TransportError):
             if await probe():
                 return
         await asyncio.sleep(POLL)
+        if time.monotonic() >= tell_at:
+            tell_at += TELL_EVERY
+            waited, now = time.monotonic() - started, status()
+            say(
+                f"schedule {played.schedule.name}: {waited:.0f}s into the {phase} phase"
+                + (f": {now}" if now else "")
+            )
     played.notes.append(f"stopped waiting for the {phase} phase after {limit:.0f}s")
 
 
