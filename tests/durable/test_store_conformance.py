@@ -494,7 +494,10 @@ async def test_every_acknowledged_write_survives_a_sigkill(backend: Backend) -> 
             assert line.startswith("written "), line
             acknowledged = int(line.split()[1])
         worker.send_signal(signal.SIGKILL)  # mid-stream: no finally, no close
-        rest = worker.communicate(timeout=30)[0]
+        worker.wait(timeout=30)
+        # From the same reader: its buffer may hold lines readline() read ahead, which
+        # communicate() (reading the pipe itself) would never see.
+        rest = worker.stdout.read()
     finally:
         if worker.poll() is None:
             worker.kill()
