@@ -44,7 +44,8 @@ class Observer:
                 try:
                     await self._look(workflow_id)
                 except (CoderError, OSError) as exc:
-                    self.failed_at, self.failure = time.monotonic(), f"{type(exc).__name__}: {exc}"
+                    self.failed_at = time.monotonic()
+                    self.failure = " ".join(f"{type(exc).__name__}: {exc}".split())
             await asyncio.sleep(POLL)
 
     async def _look(self, workflow_id: str) -> None:
