@@ -95,6 +95,11 @@ class Turn:
         self._redialled = False
         self.created_chat = False
         self.queued_id: int | None = None
+        #: A send was made and its answer has not come (yet): where the prompt went is
+        #: unknown until the chat is read.
+        self.send_unanswered = False
+        #: The newest message id before the send: a prompt admitted by it comes after.
+        self.sent_after = 0
         self.structured: BaseModel | None = None
 
     # -- the whole turn ---------------------------------------------------------------
@@ -165,9 +170,11 @@ class Turn:
             page = await self.client.get_messages(session.chat_id, limit=1)
             cursor = page.messages[0].id if page.messages else 0
         await self.before_action("send")
+        self.send_unanswered, self.sent_after = True, cursor or 0
         response = await self.client.send_message(
             session.chat_id, self.prompt, model_config_id=self.session.model_config_id
         )
+        self.send_unanswered = False
         if self.story is not None:
             self.story.sent(self.prompt)
         if not response.queued and response.message is not None:
@@ -384,6 +391,11 @@ class Turn:
         try:
             async with asyncio.timeout(self.options.interrupt_timeout):
                 await self.before_action("interrupt")
+                if self.send_unanswered and self.queued_id is None:
+                    self.queued_id, admitted = await self.find_unanswered_send(chat_id)
+                    if self.queued_id is None and not admitted:
+                        outcome = "undelivered"  # nothing of ours is in the chat to stop
+                        return
                 if self.queued_id is not None and not self.translator.opened:
                     sending = True
                     await self.client.delete_queued_message(chat_id, self.queued_id)
@@ -405,6 +417,20 @@ class Turn:
             outcome = "unknown" if sending else "undelivered"
         finally:
             self.session.last_stop = outcome
+
+    async def find_unanswered_send(self, chat_id: str) -> tuple[int | None, bool]:
+        """Where a send whose answer never came put the prompt: its queue entry's id, if
+        it waits behind another run (the newest entry with its text), and whether it was
+        admitted (a user message with its text after the cursor the send began at). The
+        run it waits behind may be someone else's: only what is ours is stopped."""
+        page = await self.client.get_messages(chat_id)
+        text = self.prompt.strip()
+        queued = [q.id for q in page.queued_messages if q.text().strip() == text]
+        if queued:
+            return queued[-1], False
+        after = await self.client.get_messages(chat_id, after_id=self.sent_after)
+        admitted = any(m.role == "user" and m.text().strip() == text for m in after.messages)
+        return None, admitted
 
     async def timed_out(self) -> CoderChatError:
         """The segment's clock ran out: interrupt best-effort, withdraw a queued prompt."""

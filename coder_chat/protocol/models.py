@@ -87,6 +87,9 @@ class QueuedMessage(WireModel):
     content: list[ChatMessagePart] = Field(default_factory=list)
     created_at: datetime | None = None
 
+    def text(self) -> str:
+        return "".join(p.text or "" for p in self.content if p.type == "text")
+
 
 class Chat(WireModel):
     id: str

@@ -494,6 +494,54 @@ async def test_a_timed_out_queued_prompt_is_withdrawn(sim: Simulator) -> None:
     assert sim.chat(chat_id).status == "running"
 
 
+async def test_a_timed_out_send_whose_answer_never_came_withdraws_only_its_own_prompt(
+    sim: Simulator,
+) -> None:
+    (busy,) = sim.seed(1, status="running")  # someone else's run, still going
+    chat_id = str(busy)
+    sim.faults.hold("send_message", phase="after")  # queued, and the answer never comes
+    session = session_for(sim, chat_id=chat_id, request_timeout=1.5)
+    with pytest.raises(CoderChatError) as timed_out:
+        await session.generate("never mind")
+    await session.aclose()
+    sim.faults.clear()
+    assert timed_out.value.kind == "timeout"
+    assert session.last_stop == "withdrawn"
+    assert sim.chat(chat_id).queue == []  # found in the queue by its text, and withdrawn
+    assert sim.records.interrupts == []  # the run it queued behind was left alone
+    assert sim.chat(chat_id).status == "running"
+
+
+async def test_a_timed_out_send_that_never_arrived_stops_nothing(sim: Simulator) -> None:
+    (busy,) = sim.seed(1, status="running")
+    chat_id = str(busy)
+    sim.faults.hold("send_message", phase="before")  # held before it had any effect
+    session = session_for(sim, chat_id=chat_id, request_timeout=1.5)
+    with pytest.raises(CoderChatError):
+        await session.generate("never mind")
+    await session.aclose()
+    assert session.last_stop == "undelivered"
+    assert sim.records.interrupts == []
+    assert sim.chat(chat_id).status == "running"
+    sim.faults.clear()
+
+
+async def test_a_timed_out_send_admitted_to_an_idle_chat_interrupts_its_run(
+    sim: Simulator,
+) -> None:
+    session = session_for(sim)
+    await session.generate("hello")
+    assert session.chat_id is not None
+    sim.faults.hold("send_message", phase="after")  # admitted and running; no answer
+    session.options = replace(session.options, request_timeout=1.5)
+    with pytest.raises(CoderChatError):
+        await session.generate("/sleep 30")
+    await session.aclose()
+    sim.faults.clear()
+    assert session.last_stop == "interrupted"
+    assert len(sim.records.interrupts) == 1
+
+
 # -- era-B and route toggles ------------------------------------------------------------------------------
 async def test_a_whole_turn_on_experimental_routes_only(sim: Simulator) -> None:
     sim.config.era_b.experimental_routes_only = True
