@@ -123,9 +123,13 @@ async def test_a_dead_host_is_known_by_its_stopped_pulse(tmp_path: Path) -> None
 
         await stack.began(workflow_id, 2, TIMEOUT)
         passes = [p for p in await sweep_runs(client) if p.id not in told]
-        assert passes, "no sweep pass ran"
-        first = passes[0]
-        assert first.created_by is not None and first.created_by.display_value == PULSE_TRIGGER
+        # On a loaded machine Prefect's own heartbeat may come late while the run lives,
+        # and the heartbeat trigger's pass find it pulsing: the pulse's pass is looked for.
+        by_pulse = [
+            p for p in passes if p.created_by and p.created_by.display_value == PULSE_TRIGGER
+        ]
+        assert by_pulse, [(p.created_by, p.parameters.get("because")) for p in passes]
+        first = by_pulse[0]
         assert first.parameters["because"].startswith("no pulse from run "), first.parameters
         assert first.parameters["silent_flow_run"] == f"prefect.flow-run.{run.id}"
         dead = await client.read_flow_run_states(run.id)
