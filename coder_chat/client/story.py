@@ -19,6 +19,18 @@ from ..protocol.models import ChatMessage, ChatMessagePart
 #: Characters of a prompt, an argument list, an output or a reply a line shows.
 SHORT = 120
 
+#: What a turn's stop (its deadline, a timeout, a cancellation) did, by its outcome.
+STOPPED = {
+    "interrupted": "stopped: the agent's run was interrupted.",
+    "withdrawn": "stopped: the prompt, still waiting behind another run, was withdrawn "
+    "(it will not run unattended).",
+    "idle": "stopped: nothing to interrupt, the agent's run had already ended.",
+    "unknown": "stopped: Coder was asked to interrupt the agent's run; no answer came.",
+    "undelivered": "not stopped: the request to interrupt the agent's run never left.",
+    "absent": "not stopped: the prompt's send got no answer and the prompt is not in the "
+    "chat, so nothing of this turn runs there to stop.",
+}
+
 
 class TurnStory:
     """Tells one turn's story to ``tell``, each event once."""
@@ -54,6 +66,9 @@ class TurnStory:
 
     def client_result(self, name: str, output: Any, is_error: bool) -> None:
         self.tell(self._result(name, output, is_error))
+
+    def stopped(self, outcome: str) -> None:
+        self.tell(STOPPED[outcome])
 
     def reconnecting(self, failures: int, delay: float) -> None:
         self.tell(f"the stream dropped ({failures} in a row); reconnecting in {delay:.1f} s.")

@@ -387,6 +387,7 @@ class Turn:
         if chat_id is None:
             return
         outcome: StopOutcome = "unknown"
+        told: str | None = None  # the story's word for it, when not the outcome's own
         sending = False  # until the checks before acting passed, nothing can have left
         try:
             async with asyncio.timeout(self.options.interrupt_timeout):
@@ -394,7 +395,7 @@ class Turn:
                 if self.send_unanswered and self.queued_id is None:
                     self.queued_id, admitted = await self.find_unanswered_send(chat_id)
                     if self.queued_id is None and not admitted:
-                        outcome = "undelivered"  # nothing of ours is in the chat to stop
+                        outcome, told = "undelivered", "absent"  # nothing of ours to stop
                         return
                 if self.queued_id is not None and not self.translator.opened:
                     sending = True
@@ -417,6 +418,8 @@ class Turn:
             outcome = "unknown" if sending else "undelivered"
         finally:
             self.session.last_stop = outcome
+            if self.story is not None:
+                self.story.stopped(told or outcome)
 
     async def find_unanswered_send(self, chat_id: str) -> tuple[int | None, bool]:
         """Where a send whose answer never came put the prompt: its queue entry's id, if

@@ -86,13 +86,14 @@ def session_for(
     on_transport_event: TransportCallback | None = None,
     before_action: BeforeAction = no_check,
     before_interrupt: BeforeInterrupt = no_record,
+    story: Callable[[str], None] | None = None,
     **overrides: Any,
 ) -> ChatSession:
     """A session on the simulator with fast timers: ``overrides`` name its pointer (chat,
     cursor, tools) or its options' fields, and win over the fast timers."""
     pointer = {k: overrides.pop(k) for k in _POINTER if k in overrides}
     options = ChatOptions(**{**FAST, **overrides})
-    hooks = SessionHooks(before_action, before_interrupt=before_interrupt)
+    hooks = SessionHooks(before_action, story=story, before_interrupt=before_interrupt)
     if client is None:
         return ChatSession.connect(
             sim.base_url,

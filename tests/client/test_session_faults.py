@@ -11,6 +11,7 @@ import pytest
 
 from coder_chat.client.events import TransportEvent, WsOpen
 from coder_chat.client.session import ChatSession
+from coder_chat.client.story import STOPPED
 from coder_chat.errors import CoderApiError, CoderChatError, CoderError, CoderStreamError
 from coder_chat.simulator import Simulator
 
@@ -500,13 +501,15 @@ async def test_a_timed_out_send_whose_answer_never_came_withdraws_only_its_own_p
     (busy,) = sim.seed(1, status="running")  # someone else's run, still going
     chat_id = str(busy)
     sim.faults.hold("send_message", phase="after")  # queued, and the answer never comes
-    session = session_for(sim, chat_id=chat_id, request_timeout=1.5)
+    told: list[str] = []
+    session = session_for(sim, chat_id=chat_id, request_timeout=1.5, story=told.append)
     with pytest.raises(CoderChatError) as timed_out:
         await session.generate("never mind")
     await session.aclose()
     sim.faults.clear()
     assert timed_out.value.kind == "timeout"
     assert session.last_stop == "withdrawn"
+    assert told == [STOPPED["withdrawn"]]  # its task-run log says so (nothing was sent)
     assert sim.chat(chat_id).queue == []  # found in the queue by its text, and withdrawn
     assert sim.records.interrupts == []  # the run it queued behind was left alone
     assert sim.chat(chat_id).status == "running"
@@ -516,11 +519,13 @@ async def test_a_timed_out_send_that_never_arrived_stops_nothing(sim: Simulator)
     (busy,) = sim.seed(1, status="running")
     chat_id = str(busy)
     sim.faults.hold("send_message", phase="before")  # held before it had any effect
-    session = session_for(sim, chat_id=chat_id, request_timeout=1.5)
+    told: list[str] = []
+    session = session_for(sim, chat_id=chat_id, request_timeout=1.5, story=told.append)
     with pytest.raises(CoderChatError):
         await session.generate("never mind")
     await session.aclose()
     assert session.last_stop == "undelivered"
+    assert told == [STOPPED["absent"]]
     assert sim.records.interrupts == []
     assert sim.chat(chat_id).status == "running"
     sim.faults.clear()
