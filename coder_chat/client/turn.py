@@ -410,9 +410,10 @@ class Turn:
         except CoderApiError as exc:
             # 409 to an interrupt: nothing was running, the run had ended by itself.
             idle = exc.status == 409 and exc.path.endswith("/interrupt")
-            outcome = "idle" if idle else "unknown"
+            outcome = "idle" if idle else "unknown" if sending else "undelivered"
         except CoderTransportError as exc:
-            outcome = "unknown" if exc.sent else "undelivered"
+            # Before ``sending``, only reads of the chat were made: nothing was stopped.
+            outcome = "unknown" if exc.sent and sending else "undelivered"
         except (CoderError, TimeoutError):
             # A check before acting failed (the store out of reach, say): nothing was sent.
             outcome = "unknown" if sending else "undelivered"

@@ -531,6 +531,24 @@ async def test_a_timed_out_send_that_never_arrived_stops_nothing(sim: Simulator)
     sim.faults.clear()
 
 
+async def test_a_stop_that_cannot_read_the_chat_stops_nothing_and_says_so(
+    sim: Simulator,
+) -> None:
+    (busy,) = sim.seed(1, status="running")
+    chat_id = str(busy)
+    newest = sim.messages(chat_id)[-1].id
+    sim.faults.hold("send_message", phase="after")
+    sim.faults.fail_next("get_messages", 500, count=50)  # where the prompt went is unknown
+    session = session_for(sim, chat_id=chat_id, last_seen_message_id=newest, request_timeout=1.5)
+    with pytest.raises(CoderChatError):
+        await session.generate("never mind")
+    await session.aclose()
+    sim.faults.clear()
+    # Only reads were tried: no interrupt left, so the attempt was not cut short by it.
+    assert session.last_stop == "undelivered"
+    assert sim.records.interrupts == []
+
+
 async def test_a_timed_out_send_admitted_to_an_idle_chat_interrupts_its_run(
     sim: Simulator,
 ) -> None:
