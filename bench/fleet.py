@@ -65,7 +65,6 @@ import gc
 import os
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -103,6 +102,7 @@ from bench._procmem import (
 )
 from bench._simproc import SimProcess, simulator_process
 from coder_chat import ChatClient, ChatSession
+from tests.ports import free_port
 from tests.prefect_test_api import migrated_sqlite
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -416,13 +416,6 @@ def spawn(argv: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[b
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 @contextlib.contextmanager

@@ -20,7 +20,6 @@ import glob
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import prefect
+
+from tests.ports import free_port
 
 
 class PgClusterUnavailable(RuntimeError):
@@ -53,13 +54,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class PgCluster:
     """One throwaway PostgreSQL server. ``start()``, ``restart()``, ``stop()``, ``dsn``."""
 
@@ -68,7 +62,7 @@ class PgCluster:
         self.bindir = _bindir()
         self.root = Path(root or tempfile.mkdtemp(prefix="prefect-coder-pg-"))
         self.data = self.root / "data"
-        self.port = _free_port()
+        self.port = free_port()
         self._as_postgres = os.geteuid() == 0
         #: What every command is run under (e.g. ``ip netns exec NS`` for a server in a
         #: network namespace of its own).

@@ -27,10 +27,10 @@ from prefect.settings import (
     PREFECT_SERVER_DATABASE_CONNECTION_URL,
     temporary_settings,
 )
-from prefect.testing.utilities import _find_available_port
 from prefect.utilities.asyncutils import run_coro_as_sync
 
 from tests.pgcluster import locked
+from tests.ports import free_port
 
 STARTUP_TIMEOUT = 120
 
@@ -44,7 +44,7 @@ def prefect_test_api(startup_timeout: int = STARTUP_TIMEOUT) -> Iterator[str]:
         shutil.copyfile(migrated_sqlite(), database)
         url = f"sqlite+aiosqlite:///{database}"
         with temporary_settings(updates={PREFECT_SERVER_DATABASE_CONNECTION_URL: url}):
-            server = SubprocessASGIServer(port=_find_available_port())
+            server = SubprocessASGIServer(port=free_port())
             # Prefect code that would start an ephemeral server finds this one instead.
             prior = SubprocessASGIServer._instances.get(None)
             SubprocessASGIServer._instances[None] = server

@@ -14,7 +14,6 @@ import contextlib
 import os
 import re
 import signal
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -23,6 +22,8 @@ from typing import TypeVar
 
 import httpx
 import pytest
+
+from tests.ports import free_port as free_port
 
 T = TypeVar("T")
 
@@ -236,13 +237,6 @@ def freeze_tree(root: int) -> set[int]:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, signal.SIGSTOP)
         frozen |= groups
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def clean_env() -> dict[str, str]:
