@@ -32,7 +32,7 @@ from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.deployments.flow_runs import arun_deployment
 from prefect.states import Cancelled, Crashed
 
-from coder_chat.durable.records import WorkflowRecord
+from coder_chat.durable.records import WorkflowRecord, WorkflowState
 from prefect_coder._run.logs import run_log
 from prefect_coder._run.marks import stopped_after_its_end
 from prefect_coder._run.naming import began_a_workflow
@@ -53,6 +53,16 @@ _UNREACHED = re.compile(
 )
 
 
+#: What became of the workflow a cancelled run held, in the words of the run's message.
+_ENDED_AS = {
+    WorkflowState.CANCELLED: "its workflow was ended for the cancel",
+    WorkflowState.FINISHED: "its workflow had finished",
+    WorkflowState.FAILED: "its workflow had failed",
+    WorkflowState.OVER_BUDGET: "its workflow had stopped at its budget",
+    WorkflowState.RUNNING: "its workflow is still running",
+}
+
+
 def replaces_tag(flow_run_id: uuid.UUID | str) -> str:
     return f"{REPLACES}{flow_run_id}"
 
@@ -71,11 +81,12 @@ async def relaunch_lost_runs(
     rt = Runtime.from_blocks(credentials, ledger)
     workflows = await rt.store.list_workflows(rt.tenant, deployment=deployment)
     known = {w.flow_run_id for w in workflows if w.flow_run_id}
-    ended = {w.flow_run_id: w for w in workflows if w.flow_run_id and w.state != "running"}
+    held = {w.flow_run_id: w for w in workflows if w.flow_run_id}
+    ended = {run: w for run, w in held.items() if w.state != "running"}
     relaunched = 0
     async with get_client() as client:
         await _settle_ended(client, deployment, within_seconds, running_for_seconds, ended)
-        await _settle_cancelled(client, deployment, within_seconds, pending_for_seconds)
+        await _settle_cancelled(client, deployment, within_seconds, pending_for_seconds, held)
         limits = {StateType.PENDING: pending_for_seconds, StateType.RUNNING: running_for_seconds}
         for run in await _candidates(client, deployment, within_seconds, limits):
             if str(run.id) in known or await _replaced(client, run):
@@ -163,18 +174,27 @@ async def _in_state_for(
 
 
 async def _settle_cancelled(
-    client: PrefectClient, deployment: str, within: float, silent_for: float
+    client: PrefectClient,
+    deployment: str,
+    within: float,
+    silent_for: float,
+    held: dict[str, WorkflowRecord],
 ) -> None:
     """Runs a person cancelled whose process stopped before the cancel was carried out (its
     host died with it, say): no worker is left to finish it, and they would read Cancelling
-    for good. One silent for ``silent_for`` seconds since the cancel is marked Cancelled; the
-    sweep ended its workflow when it saw the cancel, whatever became of the process."""
+    for good. One silent for ``silent_for`` seconds since the cancel is marked Cancelled,
+    once the workflow it holds (``held``, by run) is ended: the sweep ends it when it sees
+    the cancel, whatever became of the process; until then a later pass settles the run."""
     for run in await _in_state_for(client, deployment, within, StateType.CANCELLING, silent_for):
+        workflow = held.get(str(run.id))
+        if workflow is not None and workflow.state == WorkflowState.RUNNING:
+            continue  # its workflow is not ended yet: the run's end waits for it
         if await heard_lately(client, run.id) is not None:
             continue  # its process is going: it ends the run itself, or its worker does
+        what = "it held no workflow" if workflow is None else _ENDED_AS[workflow.state]
         message = (
             "Cancelled by a person. Its process stopped before it could end this run, so the "
-            "orphan sweep did; its workflow was ended for the cancel."
+            f"orphan sweep did; {what}."
         )
         await client.set_flow_run_state(run.id, Cancelled(message=message), force=True)
         run_log().info(f"Run {run.name!r}: cancelled by a person, its process gone; ended.")

@@ -276,3 +276,22 @@ async def test_a_cancelled_run_whose_process_is_gone_is_ended_cancelled(
         ended = (await client.read_flow_run(run.id)).state
     assert ended is not None and ended.type == StateType.CANCELLED, ended
     assert (ended.message or "").startswith("Cancelled by a person. Its process stopped")
+    assert (ended.message or "").endswith("; it held no workflow."), ended.message
+
+
+async def test_a_cancelled_run_holding_its_workflow_is_ended_once_the_workflow_is(
+    sim: Simulator, coder_env: Path
+) -> None:
+    """The same run, holding its workflow: the pass that sees the cancel ends the workflow
+    first, then the run, and the run's message says what became of the workflow."""
+    run = await a_deployed_run("refund-72", Cancelling())
+    await begun(sim, coder_env, "refund-72", "shop-refunds", flow_run_id=str(run.id))
+    await orphan_sweep(target_deployment="shop-refunds", stale_heartbeat_seconds=0)
+    store = SqliteStore(coder_env)
+    workflow = await store.get_workflow(str(sim.organization_id), "refund-72")
+    await store.close()
+    assert workflow is not None and workflow.state == WorkflowState.CANCELLED, workflow
+    async with get_client() as client:
+        ended = (await client.read_flow_run(run.id)).state
+    assert ended is not None and ended.type == StateType.CANCELLED, ended
+    assert (ended.message or "").endswith("; its workflow was ended for the cancel."), ended
