@@ -56,6 +56,11 @@ class ChatMessagePart(WireModel):
     name: str | None = None
 
 
+def text_of(parts: list[ChatMessagePart]) -> str:
+    """The text parts of a message's content, joined."""
+    return "".join(p.text or "" for p in parts if p.type == "text")
+
+
 class ChatMessage(WireModel):
     id: int
     chat_id: str
@@ -67,7 +72,7 @@ class ChatMessage(WireModel):
     usage: Usage | None = None
 
     def text(self) -> str:
-        return "".join(p.text or "" for p in self.content if p.type == "text")
+        return text_of(self.content)
 
 
 class ChatErrorInfo(WireModel):
@@ -88,7 +93,7 @@ class QueuedMessage(WireModel):
     created_at: datetime | None = None
 
     def text(self) -> str:
-        return "".join(p.text or "" for p in self.content if p.type == "text")
+        return text_of(self.content)
 
 
 class Chat(WireModel):

@@ -59,7 +59,6 @@ _ENDED_AS = {
     WorkflowState.FINISHED: "its workflow had finished",
     WorkflowState.FAILED: "its workflow had failed",
     WorkflowState.OVER_BUDGET: "its workflow had stopped at its budget",
-    WorkflowState.RUNNING: "its workflow is still running",
 }
 
 
@@ -80,7 +79,6 @@ async def relaunch_lost_runs(
     expected to start in the last ``within_seconds``; returns how many were launched."""
     rt = Runtime.from_blocks(credentials, ledger)
     workflows = await rt.store.list_workflows(rt.tenant, deployment=deployment)
-    known = {w.flow_run_id for w in workflows if w.flow_run_id}
     held = {w.flow_run_id: w for w in workflows if w.flow_run_id}
     ended = {run: w for run, w in held.items() if w.state != "running"}
     relaunched = 0
@@ -89,7 +87,7 @@ async def relaunch_lost_runs(
         await _settle_cancelled(client, deployment, within_seconds, pending_for_seconds, held)
         limits = {StateType.PENDING: pending_for_seconds, StateType.RUNNING: running_for_seconds}
         for run in await _candidates(client, deployment, within_seconds, limits):
-            if str(run.id) in known or await _replaced(client, run):
+            if str(run.id) in held or await _replaced(client, run):
                 continue
             await _relaunch(client, run)
             relaunched += 1
