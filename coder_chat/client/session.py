@@ -190,10 +190,13 @@ class ChatSession:
         target = self.chat_id or self.last_known_chat_id
         if target is None:
             return
-        await self.hooks.before_action("archive")
         loop = asyncio.get_running_loop()
         give_up = loop.time() + self.options.archive_window
         while True:
+            # Before every attempt, not once: a run that lost its epoch while the chat wound
+            # down must not archive it on a retry (the CI fleet scenario saw one land 0.0 s
+            # after the takeover).
+            await self.hooks.before_action("archive")
             try:
                 await self.client.archive_chat(target)
                 return

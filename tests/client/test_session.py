@@ -463,6 +463,24 @@ async def test_archive_gives_up_after_its_window(sim: Simulator) -> None:
     assert not sim.chat(stuck).archived
 
 
+async def test_an_archive_retry_checks_again_before_it_leaves(sim: Simulator) -> None:
+    (busy,) = sim.seed(1, status="running")  # every attempt is refused 409 while it runs
+    checks: list[str] = []
+
+    async def fenced_after_the_first(action: str) -> None:
+        checks.append(action)
+        if len(checks) > 1:
+            raise CoderError("a newer epoch holds the workflow")
+
+    session = session_for(sim, chat_id=str(busy), before_action=fenced_after_the_first)
+    with pytest.raises(CoderError, match="newer epoch"):
+        await session.archive()
+    await session.aclose()
+    assert checks == ["archive", "archive"]
+    assert len(requests_of(sim, "update_chat")) == 1  # the retry never left
+    assert not sim.chat(busy).archived
+
+
 async def test_async_with_archives_on_exit(sim: Simulator) -> None:
     async with session_for(sim) as session:
         result = await session.generate("one-off")
