@@ -27,6 +27,8 @@ STOPPED = {
     "idle": "stopped: nothing to interrupt, the agent's run had already ended.",
     "unknown": "stopped: Coder was asked to interrupt the agent's run; no answer came.",
     "undelivered": "not stopped: the request to interrupt the agent's run never left.",
+    "unsent": "not stopped: the prompt had not been sent, so nothing of this turn runs "
+    "in the chat to stop.",
     "absent": "not stopped: the prompt's send got no answer and the prompt is not in the "
     "chat, so nothing of this turn runs there to stop.",
 }

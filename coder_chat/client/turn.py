@@ -98,6 +98,9 @@ class Turn:
         #: A send was made and its answer has not come (yet): where the prompt went is
         #: unknown until the chat is read.
         self.send_unanswered = False
+        #: Until the prompt's send (or the chat's creation) leaves, nothing of this turn
+        #: runs in the chat: a stop then has nothing to stop.
+        self.prompt_unsent = True
         #: The newest message id before the send: a prompt admitted by it comes after.
         self.sent_after = 0
         self.structured: BaseModel | None = None
@@ -171,6 +174,7 @@ class Turn:
             cursor = page.messages[0].id if page.messages else 0
         await self.before_action("send")
         self.send_unanswered, self.sent_after = True, cursor or 0
+        self.prompt_unsent = False
         response = await self.client.send_message(
             session.chat_id, self.prompt, model_config_id=self.session.model_config_id
         )
@@ -194,6 +198,7 @@ class Turn:
     async def create_chat(self) -> None:
         opts = self.options
         await self.before_action("create")
+        self.prompt_unsent = False
         chat = await self.client.create_chat(
             organization_id=self.session.organization_id,
             content=self.prompt,
@@ -392,6 +397,9 @@ class Turn:
         try:
             async with asyncio.timeout(self.options.interrupt_timeout):
                 await self.before_action("interrupt")
+                if self.prompt_unsent:
+                    outcome, told = "undelivered", "unsent"  # nothing of ours to stop
+                    return
                 if self.send_unanswered and self.queued_id is None:
                     self.queued_id, admitted = await self.find_unanswered_send(chat_id)
                     if self.queued_id is None and not admitted:

@@ -602,6 +602,23 @@ async def test_a_deadline_on_a_queued_prompt_withdraws_it(sim: Simulator) -> Non
     assert sim.chat(chat_id).status == "running"
 
 
+async def test_a_deadline_before_the_prompt_left_stops_nothing(sim: Simulator) -> None:
+    (busy,) = sim.seed(1, status="running")  # someone else's run
+    chat_id = str(busy)
+
+    async def slow_check(action: str) -> None:
+        if action == "send":
+            await asyncio.sleep(2.0)  # the deadline comes first: the send never leaves
+
+    told: list[str] = []
+    session = session_for(sim, chat_id=chat_id, before_action=slow_check, story=told.append)
+    with pytest.raises(TimeoutError):
+        await session.generate("never mind", deadline=0.3)
+    await session.aclose()
+    assert session.last_stop == "undelivered" and told == [STOPPED["unsent"]]
+    assert sim.records.interrupts == [] and sim.chat(chat_id).status == "running"
+
+
 async def test_cancelling_a_queued_prompt_withdraws_it(sim: Simulator) -> None:
     (busy,) = sim.seed(1, status="running")
     chat_id = str(busy)
