@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -125,3 +126,30 @@ async def first_step(
     """Step 1 of ``fence``'s workflow, "plan it", run to its end."""
     ctx = StepContext.fenced(client, store, fence, fence.workflow_id, 1, StepTools(), options)
     return await run_step(ctx, StepSpec(prompt="plan it"))
+
+
+async def deadline_answers_twice(sim: Simulator, chat_id: str) -> None:
+    """Coder's tool deadline answers the step's call, then the model's call again, with
+    "timed out", and the turn finishes: what a recovery that came late finds."""
+    for _ in range(2):
+        await sim.wait_for_status(chat_id, "requires_action")
+        sim.time_out_tools(chat_id)
+    await sim.wait_for_status(chat_id, "waiting")
+
+
+@asynccontextmanager
+async def left_charge_step(
+    sim: Simulator, store: DurableStore, workflow_id: str, amount_cents: int
+) -> AsyncIterator[tuple[StepContext, str, str]]:
+    """Step 1 of ``workflow_id`` as a run that died after sending its charge left it: the
+    step's context (a new run's), its chat, and the prompt."""
+    CHARGES.clear()
+    prompt = f'pay /tool charge_card {{"amount_cents": {amount_cents}}}'
+    tools = StepTools.build([charge_card])
+    async with (
+        Wire(sim) as wire,
+        ChatClient(base_url=sim.base_url, token=sim.token) as client,
+    ):
+        fence = await store.begin_run(str(sim.organization_id), workflow_id)
+        ctx = StepContext.fenced(client, store, fence, workflow_id, 1, tools, FAST)
+        yield ctx, await step_chat(wire, ctx, tools, prompt), prompt

@@ -36,8 +36,9 @@ from .support import (
     FAST,
     charge_card,
     crashed_attempt,
+    deadline_answers_twice,
     first_step,
-    step_chat,
+    left_charge_step,
     user_messages,
 )
 
@@ -246,17 +247,8 @@ async def test_an_attempt_that_never_saw_its_tools_outcome_goes_again(
     tool deadline had answered the call, and the model's call again, with "timed out",
     and the turn had finished. That attempt never saw what the tool did: the step goes
     again and learns it from the ledger, and the card is not charged twice."""
-    tenant = str(sim.organization_id)
-    CHARGES.clear()
-    prompt = 'pay /tool charge_card {"amount_cents": 600}'
-    tools = StepTools.build([charge_card])
-    async with (
-        Wire(sim) as wire,
-        ChatClient(base_url=sim.base_url, token=sim.token) as client,
-    ):
-        fence = await store.begin_run(tenant, "wf-deadline-twice")
-        ctx = StepContext.fenced(client, store, fence, "wf-deadline-twice", 1, tools, FAST)
-        chat_id = await step_chat(wire, ctx, tools, prompt)
+    async with left_charge_step(sim, store, "wf-deadline-twice", 600) as (ctx, chat_id, prompt):
+        fence = ctx.fence
         paused = await sim.wait_for_status(chat_id, "requires_action")
         call = paused.pending_calls[0].tool_call_id
         digest = args_digest(charge_card.tool.validate({"amount_cents": 600}).model_dump())
@@ -265,10 +257,7 @@ async def test_an_attempt_that_never_saw_its_tools_outcome_goes_again(
         )
         await store.complete_tool(fence, chat_id, call, output="receipt-booked")
         await store.save_checkpoint(fence, chat_id, None)
-        for _ in range(2):  # the call, then the model's call again, both timed out
-            await sim.wait_for_status(chat_id, "requires_action")
-            sim.time_out_tools(chat_id)
-        await sim.wait_for_status(chat_id, "waiting")
+        await deadline_answers_twice(sim, chat_id)
         result = await run_step(ctx, StepSpec(prompt=prompt))
     assert result.verdict == "resubmitted"
     assert "receipt-booked" in result.text and not CHARGES
@@ -282,22 +271,9 @@ async def test_a_call_that_never_ran_before_coders_tool_deadline_is_run_on_resub
     """The process died before running the step's tool; Coder's deadline answered the
     call (and the model's call again) with "timed out" and the turn finished. The
     effect never happened because of the crash: the step goes again, and runs it once."""
-    tenant = str(sim.organization_id)
-    CHARGES.clear()
-    prompt = 'pay /tool charge_card {"amount_cents": 800}'
-    tools = StepTools.build([charge_card])
-    async with (
-        Wire(sim) as wire,
-        ChatClient(base_url=sim.base_url, token=sim.token) as client,
-    ):
-        fence = await store.begin_run(tenant, "wf-never-ran")
-        ctx = StepContext.fenced(client, store, fence, "wf-never-ran", 1, tools, FAST)
-        chat_id = await step_chat(wire, ctx, tools, prompt)
-        await store.save_checkpoint(fence, chat_id, None)
-        for _ in range(2):  # the call, then the model's call again, both timed out
-            await sim.wait_for_status(chat_id, "requires_action")
-            sim.time_out_tools(chat_id)
-        await sim.wait_for_status(chat_id, "waiting")
+    async with left_charge_step(sim, store, "wf-never-ran", 800) as (ctx, chat_id, prompt):
+        await store.save_checkpoint(ctx.fence, chat_id, None)
+        await deadline_answers_twice(sim, chat_id)
         result = await run_step(ctx, StepSpec(prompt=prompt))
     assert result.verdict == "resubmitted"
     assert [amount for amount, _ in CHARGES] == [800]  # run once, by the resubmission
