@@ -25,9 +25,7 @@ store and the Prefect API; nothing in the code under test is patched.
 
 from __future__ import annotations
 
-import contextlib
 import uuid
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -137,15 +135,6 @@ async def relaunches(client: PrefectClient, workflow_id: str) -> list[FlowRun]:
     return await client.read_flow_runs(
         flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[tag]))
     )
-
-
-@contextlib.asynccontextmanager
-async def opened(path: Path) -> AsyncIterator[SqliteStore]:
-    store = SqliteStore(path)
-    try:
-        yield store
-    finally:
-        await store.close()
 
 
 # -- the test -----------------------------------------------------------------------------------
@@ -258,16 +247,17 @@ async def with_deployments(
             "PREFECT_WORKER_QUERY_SECONDS": "1",
             "PYTHONUNBUFFERED": "1",
         }
-        async with opened(db) as store:
-            scene = Scene(
-                procs, client, tmp, server, sim, payments, store, worker_env, durable, sweep
-            )
+        store = SqliteStore(db)
+        scene = Scene(procs, client, tmp, server, sim, payments, store, worker_env, durable, sweep)
+        try:
             crashed = await crash_the_first_worker(scene)
             second = await scene.start_worker("worker-2")
             live = await start_a_live_workflow(scene, second)
             relaunch = await sweep_once(scene, crashed, live, second)
             await check_the_relaunch(scene, crashed, relaunch, second)
             await check_the_live_workflow(scene, live, second)
+        finally:
+            await store.close()
 
 
 async def check_the_deployments(

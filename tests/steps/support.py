@@ -139,12 +139,11 @@ async def deadline_answers_twice(sim: Simulator, chat_id: str) -> None:
 
 @asynccontextmanager
 async def left_charge_step(
-    sim: Simulator, store: DurableStore, workflow_id: str, amount_cents: int
-) -> AsyncIterator[tuple[StepContext, str, str]]:
-    """Step 1 of ``workflow_id`` as a run that died after sending its charge left it: the
-    step's context (a new run's), its chat, and the prompt."""
+    sim: Simulator, store: DurableStore, workflow_id: str, prompt: str
+) -> AsyncIterator[tuple[StepContext, str]]:
+    """Step 1 of ``workflow_id`` as a run that died after sending ``prompt`` (it calls
+    ``charge_card``) left it: the step's context, in a new run, and its chat."""
     CHARGES.clear()
-    prompt = f'pay /tool charge_card {{"amount_cents": {amount_cents}}}'
     tools = StepTools.build([charge_card])
     async with (
         Wire(sim) as wire,
@@ -152,4 +151,4 @@ async def left_charge_step(
     ):
         fence = await store.begin_run(str(sim.organization_id), workflow_id)
         ctx = StepContext.fenced(client, store, fence, workflow_id, 1, tools, FAST)
-        yield ctx, await step_chat(wire, ctx, tools, prompt), prompt
+        yield ctx, await step_chat(wire, ctx, tools, prompt)

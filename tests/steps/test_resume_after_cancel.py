@@ -32,6 +32,7 @@ from .support import (
     FAST,
     SLOW,
     charge_card,
+    left_charge_step,
     paused_step_one,
     step_one_then_two_sent,
     step_two_again,
@@ -42,18 +43,12 @@ async def test_a_step_whose_calls_a_cancel_answered_not_run_goes_again_on_resume
     sim: Simulator, store: SqliteStore
 ) -> None:
     tenant, wf = str(sim.organization_id), "wf-cancel-not-run"
-    CHARGES.clear()
     prompt = 'pay /tool charge_card {"amount_cents": 900}'
-    tools = StepTools.build([charge_card])
-    async with (
-        Wire(sim) as wire,
-        ChatClient(base_url=sim.base_url, token=sim.token) as client,
-    ):
-        fence = await store.begin_run(tenant, wf)
-        chat_id = await paused_step_one(
-            sim, wire, StepContext.fenced(client, store, fence, wf, 1, tools, FAST), prompt
-        )
+    async with left_charge_step(sim, store, wf, prompt) as (ctx, chat_id):
+        await store.save_checkpoint(ctx.fence, chat_id, None)
+        await sim.wait_for_status(chat_id, "requires_action")
         # the process dies here
+        client, tools = ctx.client, ctx.tools
 
         workflow = await store.get_workflow(tenant, wf)
         assert workflow is not None

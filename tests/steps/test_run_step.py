@@ -179,34 +179,13 @@ async def test_two_parallel_calls_one_booked_one_never_started(
 ) -> None:
     """A crash between two parallel durable calls: both are answered in one request,
     the booked one from the ledger, the other run now under its own key."""
-    tenant = str(sim.organization_id)
-    CHARGES.clear()
     prompt = 'pay /tool charge_card {"amount_cents": 100} /tool charge_card {"amount_cents": 200}'
-    tools = StepTools.build([charge_card])
-    async with (
-        Wire(sim) as wire,
-        ChatClient(base_url=sim.base_url, token=sim.token) as client,
-    ):
-        fence = await store.begin_run(tenant, "wf-pair")
-        labels = chat_labels("wf-pair", 1, "local", await store.store_id())
-        declared = [
-            t.declaration().model_dump(exclude_none=True)
-            for t in tools.for_session(
-                StepContext.fenced(client, store, fence, "wf-pair", 1, tools, FAST).binding
-            )
-        ]
-        chat = await wire.create(
-            f"[wf-pair/step-1] {prompt}", labels=labels, unsafe_dynamic_tools=declared
-        )
-        chat_id = str(chat["id"])
+    async with left_charge_step(sim, store, "wf-pair", prompt) as (ctx, chat_id):
         paused = await sim.wait_for_status(chat_id, "requires_action")
         booked, never = (c.tool_call_id for c in paused.pending_calls)
-        await store.claim_tool(fence, chat_id, booked, tool_name="charge_card")
-        await store.complete_tool(fence, chat_id, booked, output="receipt-booked")
-        result = await run_step(
-            StepContext.fenced(client, store, fence, "wf-pair", 1, tools, FAST),
-            StepSpec(prompt=prompt),
-        )
+        await store.claim_tool(ctx.fence, chat_id, booked, tool_name="charge_card")
+        await store.complete_tool(ctx.fence, chat_id, booked, output="receipt-booked")
+        result = await run_step(ctx, StepSpec(prompt=prompt))
     assert result.verdict == "recovered" and result.chat_id == chat_id
     submissions = [r for r in sim.records.tool_results if str(r.chat_id) == chat_id]
     assert {r.tool_call_id: r.output for r in submissions} == {
@@ -247,7 +226,8 @@ async def test_an_attempt_that_never_saw_its_tools_outcome_goes_again(
     tool deadline had answered the call, and the model's call again, with "timed out",
     and the turn had finished. That attempt never saw what the tool did: the step goes
     again and learns it from the ledger, and the card is not charged twice."""
-    async with left_charge_step(sim, store, "wf-deadline-twice", 600) as (ctx, chat_id, prompt):
+    prompt = 'pay /tool charge_card {"amount_cents": 600}'
+    async with left_charge_step(sim, store, "wf-deadline-twice", prompt) as (ctx, chat_id):
         fence = ctx.fence
         paused = await sim.wait_for_status(chat_id, "requires_action")
         call = paused.pending_calls[0].tool_call_id
@@ -271,7 +251,8 @@ async def test_a_call_that_never_ran_before_coders_tool_deadline_is_run_on_resub
     """The process died before running the step's tool; Coder's deadline answered the
     call (and the model's call again) with "timed out" and the turn finished. The
     effect never happened because of the crash: the step goes again, and runs it once."""
-    async with left_charge_step(sim, store, "wf-never-ran", 800) as (ctx, chat_id, prompt):
+    prompt = 'pay /tool charge_card {"amount_cents": 800}'
+    async with left_charge_step(sim, store, "wf-never-ran", prompt) as (ctx, chat_id):
         await store.save_checkpoint(ctx.fence, chat_id, None)
         await deadline_answers_twice(sim, chat_id)
         result = await run_step(ctx, StepSpec(prompt=prompt))
