@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, Page, async_playwright, expect
 
 from tests.pgcluster import PgCluster
 
@@ -93,5 +93,8 @@ async def open_page(browser: Browser, height: int, timeout_ms: int) -> Page:
     """A page as wide as the UI's desktop layout, kept on loopback (:func:`loopback_only`)."""
     page = await browser.new_page(viewport={"width": 1400, "height": height})
     page.set_default_timeout(timeout_ms)
+    # An assertion waits as long as an action: its own default (5 s) failed a suite run whose
+    # browser took longer than that to open a dialog on a loaded machine.
+    expect.set_options(timeout=timeout_ms)
     await page.route("**/*", loopback_only)
     return page
