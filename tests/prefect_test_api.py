@@ -14,8 +14,9 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import prefect
 from prefect.context import _temporary_global_settings_context, get_settings_context
@@ -27,12 +28,15 @@ from prefect.settings import (
     PREFECT_SERVER_DATABASE_CONNECTION_URL,
     temporary_settings,
 )
+from prefect.settings.legacy import Setting
 from prefect.utilities.asyncutils import run_coro_as_sync
 
 from tests.pgcluster import locked
 from tests.ports import free_port
 
 STARTUP_TIMEOUT = 120
+#: How long the events a process still holds may take to reach its API before they are left.
+DRAIN_SECONDS = 30.0
 
 
 @contextlib.contextmanager
@@ -64,13 +68,32 @@ def prefect_test_api(startup_timeout: int = STARTUP_TIMEOUT) -> Iterator[str]:
                     SubprocessASGIServer._instances[None] = prior
 
 
+@contextlib.asynccontextmanager
+async def api_settings(updates: Mapping[Setting, Any]) -> AsyncIterator[None]:
+    """Prefect's settings as ``updates`` say (a test's own server's API, say) for a while,
+    with this process's log and events workers drained on the way in and on the way out.
+
+    Prefect keeps one events worker per process whatever API it was made for (its key holds
+    no URL), and one log worker: made while the settings named a test's own server, they go
+    on sending every later event and line of the process there, to a server gone by then.
+    Each event then failed after a second and a half, and a later test's flow run in the
+    same xdist worker waited minutes on them, past its time limit.
+    """
+    await _drain_workers()
+    with temporary_settings(updates=updates):
+        try:
+            yield
+        finally:
+            await _drain_workers()
+
+
 async def _drain_workers() -> None:
     """Send what this process still holds for the API (as the harness does on its way out)."""
     with contextlib.suppress(RuntimeError):  # the log worker never started
         drained = APILogWorker.instance().drain()
         if inspect.isawaitable(drained):
             await drained
-    drained_events = EventsWorker.drain_all()
+    drained_events = EventsWorker.drain_all(timeout=DRAIN_SECONDS)
     if inspect.isawaitable(drained_events):
         await drained_events
 

@@ -18,11 +18,12 @@ from contextlib import AsyncExitStack
 from dataclasses import replace
 from pathlib import Path
 
-from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
+from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL
 
 from prefect_coder.payments import serve_payments
 from tests.integration.procs import Processes
 from tests.lab.tasks import in_background
+from tests.prefect_test_api import api_settings
 
 from . import slots
 from .config import LEDGER_DATABASE, LEDGER_ROLE, LEDGER_SCHEMA, Timings
@@ -51,7 +52,7 @@ async def open_fleet(
             fleet = await _fleet(stack, root, slot, workers, timings or Timings())
             fleet.sweep_queue, fleet.say = sweep_queue, say
             settings = {PREFECT_API_URL: fleet.api_url, PREFECT_API_AUTH_STRING: fleet.auth_string}
-            stack.enter_context(temporary_settings(updates=settings))
+            await stack.enter_async_context(api_settings(settings))
             await _start(fleet, say)
             fleet.door = await knock(fleet)
             say(f"fleet: Prefect's API {fleet.door.describe()}")

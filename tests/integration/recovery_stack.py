@@ -22,7 +22,7 @@ from pathlib import Path
 
 from prefect.client.orchestration import PrefectClient, get_client
 from prefect.client.schemas.objects import FlowRun, StateType
-from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.settings import PREFECT_API_URL
 
 from coder_chat.durable.records import WorkflowRecord
 from coder_chat.durable.sqlite import SqliteStore
@@ -42,6 +42,7 @@ from tests.integration.stack import (
 )
 from tests.names import PULSE
 from tests.pgcluster import PgCluster
+from tests.prefect_test_api import api_settings
 
 STARTUP_TIMEOUT = 180.0
 #: How often a worker asks for work (Prefect's default is 10 s; the README says to lower it).
@@ -168,18 +169,15 @@ async def recovery_stack(
             "PREFECT_CODER_SQLITE_PATH": str(db),
             "PREFECT_WORKER_QUERY_SECONDS": worker_query_seconds,
         }
-        with temporary_settings(updates={PREFECT_API_URL: server.api}):
-            async with get_client() as client:
-                await create_process_pool(client)
-                await deploy_all(procs, cli_env, [server.proc], timeout=STARTUP_TIMEOUT)
-                store = SqliteStore(db)
-                try:
-                    tenant = coder["CODER_ORG_ID"]
-                    yield Stack(
-                        procs, tmp, client, server.proc, simulator, worker_env, tenant, store
-                    )
-                finally:
-                    await store.close()
+        async with api_settings({PREFECT_API_URL: server.api}), get_client() as client:
+            await create_process_pool(client)
+            await deploy_all(procs, cli_env, [server.proc], timeout=STARTUP_TIMEOUT)
+            store = SqliteStore(db)
+            try:
+                tenant = coder["CODER_ORG_ID"]
+                yield Stack(procs, tmp, client, server.proc, simulator, worker_env, tenant, store)
+            finally:
+                await store.close()
 
 
 def new_workflow_id(prefix: str) -> str:

@@ -46,7 +46,7 @@ from prefect.client.schemas.filters import (
 )
 from prefect.client.schemas.objects import FlowRun, StateType
 from prefect.client.schemas.responses import DeploymentResponse
-from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.settings import PREFECT_API_URL
 
 from coder_chat.durable.markers import LABEL_WORKFLOW, step_marker
 from coder_chat.durable.records import WorkflowRecord, WorkflowState, ledger_key, utcnow
@@ -58,6 +58,7 @@ from prefect_coder.payments import Ledger, serve_payments
 from tests.integration.procs import NEEDS_PROC, Proc, Processes, clean_env, until
 from tests.integration.stack import POOL, PREFECT, ROOT, deploy_all, start_server, start_worker
 from tests.names import run_name
+from tests.prefect_test_api import api_settings
 
 CHARGE_CARD = "prefect_coder.demo_tools:charge_card"
 #: A workflow whose heartbeat is older than this is stranded (the sweep's budget here).
@@ -178,9 +179,8 @@ async def scenario(procs: Processes, tmp: Path) -> None:
     create_pool = ["work-pool", "create", POOL, "--type", "process"]
     await procs.run("work-pool", PREFECT, *create_pool, env=cli_env, cwd=ROOT)
     await deploy_all(procs, cli_env, [server.proc])
-    with temporary_settings(updates={PREFECT_API_URL: api}):
-        async with get_client() as client:
-            await with_deployments(procs, client, tmp, server.proc)
+    async with api_settings({PREFECT_API_URL: api}), get_client() as client:
+        await with_deployments(procs, client, tmp, server.proc)
 
 
 @dataclass

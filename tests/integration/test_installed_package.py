@@ -31,7 +31,7 @@ from prefect.client.schemas.filters import (
     LogFilterFlowRunId,
 )
 from prefect.client.schemas.objects import StateType
-from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.settings import PREFECT_API_URL
 
 from tests.integration.procs import (
     Proc,
@@ -42,6 +42,7 @@ from tests.integration.procs import (
     wait_for_line,
 )
 from tests.integration.stack import ROOT, start_simulator
+from tests.prefect_test_api import api_settings
 
 STARTUP_TIMEOUT = 240.0
 STEP_TIMEOUT = 600.0
@@ -203,7 +204,7 @@ async def scenario(procs: Processes, tmp: Path) -> None:
         """,
         [*watch, worker],
     )
-    with temporary_settings(updates={PREFECT_API_URL: env["PREFECT_API_URL"]}):
+    async with api_settings({PREFECT_API_URL: env["PREFECT_API_URL"]}):
         await check_the_runs()
 
 

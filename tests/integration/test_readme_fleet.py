@@ -23,7 +23,7 @@ import pytest
 from prefect.client.orchestration import PrefectClient, get_client
 from prefect.client.schemas.filters import DeploymentFilter, DeploymentFilterName
 from prefect.client.schemas.objects import StateType
-from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL, temporary_settings
+from prefect.settings import PREFECT_API_AUTH_STRING, PREFECT_API_URL
 
 from prefect_coder.blocks import PostgresLedger
 from tests.integration.procs import Processes, free_port, managed_processes
@@ -39,6 +39,7 @@ from tests.integration.readme_blocks import (
     setup_section,
 )
 from tests.pgcluster import PgCluster
+from tests.prefect_test_api import api_settings
 
 SECTION = "## A fleet: Prefect's server on PostgreSQL, workers on several machines"
 #: What step 10 runs, by deployment: the workflows and how many steps each has.
@@ -102,7 +103,7 @@ async def scenario(procs: Processes, tmp: Path, pg: PgCluster) -> None:
     api = f"http://127.0.0.1:{port}/api"
     secrets = Secrets(Path(env["HOME"]) / "fleet-secrets")
     await check_the_door_is_shut(api)
-    with temporary_settings(updates={PREFECT_API_URL: api, PREFECT_API_AUTH_STRING: secrets.auth}):
+    async with api_settings({PREFECT_API_URL: api, PREFECT_API_AUTH_STRING: secrets.auth}):
         async with get_client() as client:
             await check_the_runs(client)
             await check_the_fleet(client)

@@ -46,7 +46,7 @@ from prefect.client.schemas.filters import (
     LogFilterFlowRunId,
 )
 from prefect.client.schemas.objects import FlowRun, StateType
-from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.settings import PREFECT_API_URL
 
 from tests.integration.procs import (
     Proc,
@@ -55,6 +55,7 @@ from tests.integration.procs import (
     http_ok,
     managed_processes,
 )
+from tests.prefect_test_api import api_settings
 
 from .readme_blocks import (
     ROOT,
@@ -111,9 +112,8 @@ async def scenario(procs: Processes, tmp: Path) -> None:
     background = await paste(terminals, setup_blocks(setup_section(SETUP_GUIDE.read_text())))
     assert await http_ok(f"{api}/health")
     simulator = dict(shlex.split(line)[1].split("=", 1) for line in exports(background[4].output()))
-    with temporary_settings(updates={PREFECT_API_URL: api}):
-        async with get_client() as client:
-            await check_the_run(client, simulator, list(background.values()))
+    async with api_settings({PREFECT_API_URL: api}), get_client() as client:
+        await check_the_run(client, simulator, list(background.values()))
 
 
 async def check_the_run(

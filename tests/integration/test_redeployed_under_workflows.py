@@ -41,7 +41,7 @@ from prefect.client.schemas.filters import (
     LogFilterFlowRunId,
 )
 from prefect.client.schemas.objects import FlowRun, StateType
-from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.settings import PREFECT_API_URL
 
 from coder_chat.durable.markers import LABEL_WORKFLOW, step_marker
 from coder_chat.durable.records import WorkflowRecord, WorkflowState
@@ -59,6 +59,7 @@ from tests.integration.stack import (
 from tests.integration.team import REVIEW_SOURCE
 from tests.names import REFUSED
 from tests.pgcluster import PgCluster
+from tests.prefect_test_api import api_settings
 
 pytestmark = [pytest.mark.timeout(600), NEEDS_PROC]
 
@@ -314,13 +315,12 @@ async def real_stack(procs: Processes, tmp: Path, sim: Simulator) -> AsyncIterat
             "PREFECT_WORKER_QUERY_SECONDS": "1",
         }
         team = Team(procs, tmp / "team", cli, server.proc)
-        with temporary_settings(updates={PREFECT_API_URL: api}):
-            async with get_client() as client:
-                await create_process_pool(client, POOL)
-                worker = await start_worker(procs, worker_env, tmp, "w1", pool=POOL)
-                await team.deploy("v1")
-                tenant = str(sim.organization_id)
-                yield Stack(procs, client, server.proc, worker, sim, db, tenant, team)
+        async with api_settings({PREFECT_API_URL: api}), get_client() as client:
+            await create_process_pool(client, POOL)
+            worker = await start_worker(procs, worker_env, tmp, "w1", pool=POOL)
+            await team.deploy("v1")
+            tenant = str(sim.organization_id)
+            yield Stack(procs, client, server.proc, worker, sim, db, tenant, team)
 
 
 async def test_redeployed_code_under_running_workflows(sim: Simulator, tmp_path: Path) -> None:

@@ -35,7 +35,7 @@ from prefect.client.orchestration import PrefectClient, get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from prefect.client.schemas.objects import FlowRun, StateType, TaskRun
 from prefect.flow_runs import aresume_flow_run
-from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.settings import PREFECT_API_URL
 
 from prefect_coder.payments import Ledger, serve_payments
 from tests.integration.browser import (
@@ -53,6 +53,7 @@ from tests.integration.procs import (
 )
 from tests.integration.stack import home_env, start_server, start_simulator
 from tests.integration.ui_support import ROOT, STARTUP_TIMEOUT, UI_TIMEOUT_MS
+from tests.prefect_test_api import api_settings
 
 SERVE = "from prefect_coder.examples.refund import refund_order; refund_order.serve(name='refunds')"
 ORDER = "42"
@@ -90,14 +91,17 @@ async def scenario(
     runner = await procs.start("runner", sys.executable, "-c", SERVE, env=runner_env, cwd=ROOT)
     await wait_for_line(runner, "refunds", STARTUP_TIMEOUT)
     watch = [server.proc, simulator, runner]
-    with temporary_settings(updates={PREFECT_API_URL: api}):
-        async with get_client() as client, chromium(browser_path) as browser:
-            page = await open_page(browser, height=1400, timeout_ms=UI_TIMEOUT_MS)
-            run = await launch(client)
-            await read_the_turn(page, client, ui, run, watch)
-            await read_the_pause(page, client, ui, run, watch)
-            await aresume_flow_run(run.id, run_input={"approved": True})
-            done = await run_state(client, run.id, StateType.COMPLETED, watch)
+    async with (
+        api_settings({PREFECT_API_URL: api}),
+        get_client() as client,
+        chromium(browser_path) as browser,
+    ):
+        page = await open_page(browser, height=1400, timeout_ms=UI_TIMEOUT_MS)
+        run = await launch(client)
+        await read_the_turn(page, client, ui, run, watch)
+        await read_the_pause(page, client, ui, run, watch)
+        await aresume_flow_run(run.id, run_input={"approved": True})
+        done = await run_state(client, run.id, StateType.COMPLETED, watch)
     assert done.name == f"{WORKFLOW} · epoch 1"
     assert list(ledger.applied.values()) == [1]
 

@@ -13,7 +13,9 @@ from uuid import UUID
 
 from playwright.async_api import Browser
 from prefect.client.orchestration import PrefectClient, get_client
-from prefect.settings import PREFECT_API_URL, temporary_settings
+from prefect.settings import PREFECT_API_URL
+
+from tests.prefect_test_api import api_settings
 
 from .browser import chromium
 from .procs import Proc, Processes
@@ -64,13 +66,12 @@ async def ui_stack(
         await server.healthy(STARTUP_TIMEOUT)
         clock.mark("server up")
         cli_env = {**env, "PREFECT_API_URL": server.api}
-        with temporary_settings(updates={PREFECT_API_URL: server.api}):
-            async with get_client() as client:
-                await create_process_pool(client)
-                block_id = await coder_block(coder).asave(block, overwrite=True, client=client)
-                worker_env = {**cli_env, "PREFECT_WORKER_QUERY_SECONDS": "1", **worker_settings}
-                worker = await start_worker(procs, worker_env, tmp)
-                await deploy_all(procs, cli_env, [server.proc, worker])
-                clock.mark("deployed")
-                watch = [server.proc, worker, simulator]
-                yield UiStack(client, browser, server, coder, block_id, watch, clock)
+        async with api_settings({PREFECT_API_URL: server.api}), get_client() as client:
+            await create_process_pool(client)
+            block_id = await coder_block(coder).asave(block, overwrite=True, client=client)
+            worker_env = {**cli_env, "PREFECT_WORKER_QUERY_SECONDS": "1", **worker_settings}
+            worker = await start_worker(procs, worker_env, tmp)
+            await deploy_all(procs, cli_env, [server.proc, worker])
+            clock.mark("deployed")
+            watch = [server.proc, worker, simulator]
+            yield UiStack(client, browser, server, coder, block_id, watch, clock)
