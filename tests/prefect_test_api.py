@@ -88,14 +88,19 @@ async def api_settings(updates: Mapping[Setting, Any]) -> AsyncIterator[None]:
 
 
 async def _drain_workers() -> None:
-    """Send what this process still holds for the API (as the harness does on its way out)."""
-    with contextlib.suppress(RuntimeError):  # the log worker never started
-        drained = APILogWorker.instance().drain()
+    """Send what this process still holds for the API (as the harness does on its way out).
+
+    Only workers that exist are drained. Asked for by name, a log worker would be started
+    for it, and with no API set its start spawns a Prefect server of its own: a test that
+    points Prefect at its stack from a process with no API did, and each clean-clone CI run
+    was left one of those servers running.
+    """
+    for drained in (
+        APILogWorker.drain_all(timeout=DRAIN_SECONDS, at_exit=False),
+        EventsWorker.drain_all(timeout=DRAIN_SECONDS),
+    ):
         if inspect.isawaitable(drained):
             await drained
-    drained_events = EventsWorker.drain_all(timeout=DRAIN_SECONDS)
-    if inspect.isawaitable(drained_events):
-        await drained_events
 
 
 def migrated_sqlite() -> Path:
