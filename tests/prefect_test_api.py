@@ -35,7 +35,8 @@ from tests.pgcluster import locked
 from tests.ports import free_port
 
 STARTUP_TIMEOUT = 120
-#: How long the events a process still holds may take to reach its API before they are left.
+#: How long the log lines and events a process still holds may take to reach its API before
+#: they are left.
 DRAIN_SECONDS = 30.0
 
 
