@@ -139,7 +139,12 @@ def _changed(ev: Evidence, record: PersonRecord) -> Findings:
     chain = _relaunched_chain(ev, wf, run_id)
     ids = {str(r.id) for r in chain}
     last = chain[-1] if chain else None
-    if last is not None and last.start_time is not None and not _refused(last):
+    if last is not None and str(last.id) in ev.played.silenced:
+        findings.figures.append(
+            f"person: {wf}: {record.person.describe()}: run {last.name} was still going after "
+            "the quiet limit and the lab killed it: how it would have ended is not judged"
+        )
+    elif last is not None and last.start_time is not None and not _refused(last):
         violation(f"the run with a changed prompt ended {_said(last)}")
     for taken in epochs(ev.writes, wf):
         if taken.flow_run_id in ids:

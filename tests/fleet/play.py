@@ -79,6 +79,8 @@ class Played:
     launched: dict[str, str] = field(default_factory=dict)
     all_ended: datetime | None = None
     notes: list[str] = field(default_factory=list)
+    #: Runs the lab killed, still going after the quiet limit: no check judges their end.
+    silenced: list[str] = field(default_factory=list)
 
 
 async def play(
@@ -257,6 +259,7 @@ async def _silence(fleet: Fleet, played: Played) -> None:
         for pid in seen.pids if seen else ():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+        played.silenced.append(run_id)
         played.notes.append(f"run {run_id} was still going after the quiet limit: killed")
 
 

@@ -75,6 +75,7 @@ def story(
     state_of_c: State = REFUSED,
     faults: Sequence[FaultRecord] = (),
     relaunches: Sequence[FlowRun] = (),
+    silenced: Sequence[str] = (),
 ) -> Evidence:
     workflow = FleetWorkflow(WF, (Step("plain", "plan it"), Step("plain", "do it")))
     schedule = FleetSchedule(0, 0, (workflow,), ())
@@ -90,7 +91,7 @@ def story(
         flow_run(RUN_B, "wf · resumed", State(type=StateType.COMPLETED), made=29),
         *relaunches,
     ]
-    played = Played(schedule, T0, people=people, faults=list(faults))
+    played = Played(schedule, T0, people=people, faults=list(faults), silenced=list(silenced))
     return story_evidence(played, chat, list(requests), writes, runs, witness)
 
 
@@ -225,3 +226,21 @@ def test_a_changed_prompt_run_lost_with_its_host_is_judged_by_its_relaunch() -> 
     found = check_people(ev).of("people's actions")
     assert any("ended COMPLETED" in f for f in found), found
     assert any("took epoch 2" in f for f in found), found
+
+
+def test_a_changed_prompt_run_the_lab_killed_is_not_judged_but_told() -> None:
+    """ci seed 16: the person's run was slow to begin, so the sweep relaunched it; the
+    relaunch was still starting when the quiet phase ran out, and the lab killed it. Its
+    Crashed end is the lab's doing: a figure, not the product's violation."""
+    killed = State(type=StateType.CRASHED, name="Crashed", message="Process exited with -9.")
+    again, tags = str(uuid.uuid4()), [replaces_tag(RUN_C)]
+    relaunch = flow_run(again, "wf · replaying (relaunched)", killed, made=40, tags=tags)
+    writes = [begin_run(0, RUN_A, SRC_A)]
+    judged = story([changed_prompt()], writes, [prompt(5, "plan it")], relaunches=[relaunch])
+    assert any("ended CRASHED" in f for f in check_people(judged).of("people's actions"))
+    told = story(
+        [changed_prompt()], writes, [prompt(5, "plan it")], relaunches=[relaunch], silenced=[again]
+    )
+    findings = check_people(told)
+    assert findings.violations == []
+    assert any("the lab killed it" in f for f in findings.figures), findings.figures

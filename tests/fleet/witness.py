@@ -50,7 +50,7 @@ class Witness:
     hosts: list[Host]
     sockets: dict[tuple[str, int], list[Sighting]] = field(default_factory=dict)
     runs: dict[str, RunSeen] = field(default_factory=dict)
-    #: (pid, start time) -> flow run id, or "" for a process of no flow run.
+    #: (pid, start time) -> the flow run id its environment names.
     _owners: dict[tuple[int, str], str] = field(default_factory=dict)
 
     def who(self, src: str, at: float) -> Sighting | None:
@@ -91,10 +91,16 @@ class Witness:
                     self._saw_socket(local, run, host, now)
 
     def _owner(self, pid: int) -> str:
+        """The flow run ``pid`` belongs to, or "". Only a run is remembered: a process
+        looked at between its fork and its exec still shows its parent's environment
+        (the worker's, which names no run), and keeps its pid and start time through
+        the exec; remembering that "" hid a whole flow run from the lab on a loaded
+        machine (ci seed 16: a run that took 4 steps was never seen on any host)."""
         key = (pid, _start_time(pid))
-        if key not in self._owners:
-            self._owners[key] = _environ(pid).get("PREFECT__FLOW_RUN_ID", "")
-        return self._owners[key]
+        run = self._owners.get(key) or _environ(pid).get("PREFECT__FLOW_RUN_ID", "")
+        if run:
+            self._owners[key] = run
+        return run
 
     def _saw_run(self, run: str, host: Host, pid: int, now: float) -> None:
         seen = self.runs.setdefault(run, RunSeen(host.name, now, now))
