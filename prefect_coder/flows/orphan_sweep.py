@@ -53,8 +53,9 @@ async def orphan_sweep(
         lease_seconds: One pass at a time: another pass's heartbeat younger than this holds
             this one off (an older one is taken over); keep it below the schedule's interval.
         lost_runs_within_seconds: Relaunch runs lost before their workflow began, due this recently.
-        relaunch_start_seconds: A relaunch (or a run Running) this long without beginning its
-            workflow is taken for lost; keep it above the time your flow takes to its first turn.
+        relaunch_start_seconds: A relaunch (or a run Pending or Running) this long without
+            beginning its workflow is taken for lost; keep it above the time your flow takes to
+            its first turn.
         because: What started this pass, for its log (empty: the schedule, or a person).
         silent_flow_run: A run gone silent (``prefect.flow-run.<id>``): if Running, marked Crashed.
         wait_for_pass_seconds: Wait up to this long for another pass to end, then go.

@@ -44,6 +44,8 @@ from prefect_coder.blocks import CoderCredentials
 #: The tag every relaunch carries, naming the run it replaces.
 REPLACES = "prefect-coder:replaces:"
 
+#: The states of a run on its way to beginning its workflow: lost only once it took too long.
+_STARTING = (StateType.PENDING, StateType.RUNNING)
 #: A run that failed before its flow began, because Prefect's API was out of reach while
 #: it resolved its parameters (its saved blocks): nothing of the user's ran; it is lost,
 #: not failed. Prefect says so in the failed state's message.
@@ -70,23 +72,27 @@ def replaces_tag(flow_run_id: uuid.UUID | str) -> str:
 async def relaunch_lost_runs(
     deployment: str,
     within_seconds: float,
-    pending_for_seconds: float,
-    running_for_seconds: float,
+    silent_for_seconds: float,
+    start_within_seconds: float,
     credentials: CoderCredentials | None = None,
     ledger: Ledger | None = None,
 ) -> int:
     """Launch again the runs of ``deployment`` lost before they began a workflow, of those
-    expected to start in the last ``within_seconds``; returns how many were launched."""
+    expected to start in the last ``within_seconds``; returns how many were launched.
+
+    A run is lost once it has sat Pending or Running for ``start_within_seconds`` without
+    beginning its workflow: until then it may only be slow to start (a loaded worker host
+    took 68 s from taking a run to its flow), and a slow run launched again runs twice.
+    A cancelled run is ended once silent for ``silent_for_seconds``."""
     rt = Runtime.from_blocks(credentials, ledger)
     workflows = await rt.store.list_workflows(rt.tenant, deployment=deployment)
     held = {w.flow_run_id: w for w in workflows if w.flow_run_id}
     ended = {run: w for run, w in held.items() if w.state != "running"}
     relaunched = 0
     async with get_client() as client:
-        await _settle_ended(client, deployment, within_seconds, running_for_seconds, ended)
-        await _settle_cancelled(client, deployment, within_seconds, pending_for_seconds, held)
-        limits = {StateType.PENDING: pending_for_seconds, StateType.RUNNING: running_for_seconds}
-        for run in await _candidates(client, deployment, within_seconds, limits):
+        await _settle_ended(client, deployment, within_seconds, start_within_seconds, ended)
+        await _settle_cancelled(client, deployment, within_seconds, silent_for_seconds, held)
+        for run in await _candidates(client, deployment, within_seconds, start_within_seconds):
             if str(run.id) in held or await _replaced(client, run):
                 continue
             await _relaunch(client, run)
@@ -95,17 +101,17 @@ async def relaunch_lost_runs(
 
 
 async def _candidates(
-    client: PrefectClient, deployment: str, within: float, limits: dict[StateType, float]
+    client: PrefectClient, deployment: str, within: float, start_within: float
 ) -> list[FlowRun]:
     """Crashed runs, runs that failed before their flow began because Prefect's API was
-    out of reach, and runs Pending or Running for longer than their limit, that never
+    out of reach, and runs Pending or Running for longer than ``start_within``, that never
     began their workflow."""
     now = datetime.now(UTC)
     runs = await client.read_flow_runs(
         deployment_filter=DeploymentFilter(name=DeploymentFilterName(any_=[deployment])),
         flow_run_filter=FlowRunFilter(
             state=FlowRunFilterState(
-                type=FlowRunFilterStateType(any_=[StateType.CRASHED, StateType.FAILED, *limits])
+                type=FlowRunFilterStateType(any_=[StateType.CRASHED, StateType.FAILED, *_STARTING])
             ),
             expected_start_time=FlowRunFilterExpectedStartTime(
                 after_=now - timedelta(seconds=within)
@@ -119,9 +125,9 @@ async def _candidates(
             continue
         if run.state.type == StateType.FAILED and not _UNREACHED.match(run.state.message or ""):
             continue  # a failure of its own: it would only fail again
-        if run.state.type in limits:
+        if run.state.type in _STARTING:
             since = run.state.timestamp
-            if since is None or (now - since).total_seconds() < limits[run.state.type]:
+            if since is None or (now - since).total_seconds() < start_within:
                 continue
         lost.append(run)
     return lost

@@ -9,7 +9,7 @@ import pytest
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 from prefect.client.schemas.objects import FlowRun, State, StateType
-from prefect.states import Cancelling, Crashed, Failed, Running, Suspended
+from prefect.states import Cancelling, Crashed, Failed, Pending, Running, Suspended
 
 from coder_chat.durable.markers import chat_labels
 from coder_chat.durable.records import WorkflowState
@@ -177,6 +177,26 @@ async def test_a_run_left_running_before_it_began_its_workflow_is_relaunched_in_
         )
     assert marked.state is not None and marked.state.type == StateType.CRASHED
     assert relaunch.parameters == stuck.parameters
+
+
+async def test_a_run_pending_is_lost_only_once_it_had_the_time_to_start(
+    sim: Simulator, coder_env: Path
+) -> None:
+    """Its worker took it and died before its process began (or its host is slow): Prefect
+    shows it Pending. Silent past the stale-heartbeat limit it may still be starting (a
+    loaded host took 68 s), and a run launched again while it starts runs twice; past
+    relaunch_start_seconds it is marked Crashed, saying so, and launched again once."""
+    pending = await a_deployed_run("refund-33", Pending())
+    silent = await orphan_sweep(target_deployment="shop-refunds", stale_heartbeat_seconds=0)
+    lost = await orphan_sweep(target_deployment="shop-refunds", relaunch_start_seconds=0)
+    again = await orphan_sweep(target_deployment="shop-refunds", relaunch_start_seconds=0)
+    assert (silent["relaunched"], lost["relaunched"], again["relaunched"]) == (0, 1, 0)
+    async with get_client() as client:
+        marked = (await client.read_flow_run(pending.id)).state
+    assert marked is not None and marked.type == StateType.CRASHED, marked
+    assert (
+        marked.message == "Lost before it began its workflow (it never left Pending); relaunched."
+    )
 
 
 @pytest.mark.parametrize("pass_started_by", ["schedule", "silence"])
