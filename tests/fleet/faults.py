@@ -21,7 +21,8 @@ from .net import Host
 from .observe import Observer
 from .plan import HOST_FAULTS, Fault, Moment
 
-#: The longest an end moment waits for its event (an epoch that never comes, say).
+#: The longest an end moment waits for its event (an epoch that never comes, say), unless
+#: the lab's limits say otherwise.
 END_FALLBACK = 90.0
 #: Faults that leave a host unable to work at all.
 DISABLING = frozenset({"kill-host", "cut-host"})
@@ -53,6 +54,8 @@ class Injector:
     fleet: Fleet
     observer: Observer
     started: float
+    #: How long an end moment waits for its event (see END_FALLBACK).
+    end_fallback: float = END_FALLBACK
     busy: set[str] = field(default_factory=set)
     disabled: set[str] = field(default_factory=set)
     #: One per fault played, in the order they were scheduled (also those never reached).
@@ -71,7 +74,7 @@ class Injector:
         try:
             await self._do(fault, host, record)
             if end is not None:
-                await self._reach(end, time.monotonic(), END_FALLBACK)
+                await self._reach(end, time.monotonic(), self.end_fallback)
         finally:
             # Also when cancelled mid-fault (the schedule ended, or Ctrl-C): heal first, to
             # the end even when the cancellation comes while healing (a worker restarting

@@ -36,7 +36,7 @@ from coder_chat.durable.store import DurableStore
 from tests.lab.tasks import cancel_all
 
 from .config import DURABLE_CHAT, Timings
-from .faults import FaultRecord, Injector
+from .faults import END_FALLBACK, FaultRecord, Injector
 from .fleet import Fleet
 from .observe import Observer, Progress
 from .people import PersonRecord, act
@@ -61,6 +61,8 @@ class Limits:
     work: float = 600.0
     quiet: float = 120.0
     sweep: float = 150.0
+    #: How long a fault whose end is an event (a successor's epoch) lasts if it never comes.
+    fault_end: float = END_FALLBACK
 
 
 DEFAULT_LIMITS = Limits()
@@ -91,7 +93,7 @@ async def play(
     observer = Observer(store, fleet.coder.organization_id, ids, fleet.witness)
     played = Played(schedule, datetime.now(UTC))
     watching = asyncio.create_task(observer.watch())
-    injector = Injector(fleet, observer, time.monotonic())
+    injector = Injector(fleet, observer, time.monotonic(), limits.fault_end)
     faults = [asyncio.create_task(injector.play(f)) for f in schedule.faults]
     played.people = [
         PersonRecord(w.workflow_id, w.person) for w in schedule.workflows if w.person is not None
