@@ -1,8 +1,9 @@
 """Every workflow finished, with the right results, each effect once, no chat left live.
 
 - **finished**: the store holds the workflow ``finished`` and one of its flow runs
-  completed (a workflow failed for good, or still running, is a violation; one in a
-  schedule where Prefect's server was restarted says so).
+  completed, or was cancelled by a person as the workflow finished (a workflow failed
+  for good, or still running, is a violation; one in a schedule where Prefect's server
+  was restarted says so).
 - **results**: each step's stored answer (the store is the record of progress) is
   the server's committed answer to one of its whole attempts.
 - **charges** (every effect once): a logical call (workflow, step, amount) is
@@ -32,13 +33,16 @@ Call = tuple[str, int | None, int]
 def check_finished(ev: Evidence) -> Findings:
     findings = Findings()
     restarted = any(f.fault.kind == "restart-prefect" and f.started for f in ev.played.faults)
+    finished_first = {p.run_id for p in ev.played.people if p.finished_first}
     for wf in ev.workflow_ids:
         record, runs = ev.workflows[wf], ev.runs[wf]
         state = record.state.value if record else "never begun"
-        # A run whose process died once the workflow had ended is marked so by the sweep.
+        # A run whose process died once the workflow had ended is marked so by the sweep;
+        # one a person cancelled as its workflow finished ends Cancelled, as they asked.
         completed = any(
-            r.state_type == StateType.COMPLETED
-            or (r.state_type == StateType.CRASHED and _ended_first(r))
+            _type(r) == StateType.COMPLETED
+            or (_type(r) == StateType.CRASHED and _ended_first(r))
+            or (_type(r) == StateType.CANCELLED and str(r.id) in finished_first)
             for r in runs
         )
         if record is not None and record.state == WorkflowState.FINISHED and completed:
@@ -47,6 +51,10 @@ def check_finished(ev: Evidence) -> Findings:
         after = " (Prefect's server was restarted in this schedule)" if restarted else ""
         findings.add("unfinished workflows", f"{wf}: {state} in the store; runs: {told}{after}")
     return findings
+
+
+def _type(run: FlowRun) -> StateType | None:
+    return run.state.type if run.state else None
 
 
 def _ended_first(run: FlowRun) -> bool:

@@ -73,6 +73,9 @@ class PersonRecord:
     #: The chats of the workflow Coder held unarchived then, with their status.
     live_at_cancel: list[str] = field(default_factory=list)
     resumed_run: str = ""
+    #: The cancel came as the workflow was finishing: the store said ``finished``, and the
+    #: cancelled run is the workflow's end (its process stopped by the cancel after it).
+    finished_first: bool = False
     #: What went wrong with the person's action itself (a violation).
     failure: str = ""
 
@@ -116,6 +119,7 @@ async def cancel_then_resume(fleet: Fleet, observer: Observer, record: PersonRec
     state = await _until_not_running(observer, record.workflow_id, CANCEL_LIMIT)
     if state == WorkflowState.FINISHED:
         record.outcome = f"run {run.name} cancelled, but the workflow finished first"
+        record.finished_first = True
         return
     if state != WorkflowState.CANCELLED:
         record.failure = f"the store said {state} {CANCEL_LIMIT:.0f}s after the cancel"

@@ -13,10 +13,12 @@ from collections.abc import Sequence
 from prefect.client.schemas.objects import FlowRun, State, StateType
 
 from coder_chat.durable.markers import LABEL_WORKFLOW
+from coder_chat.durable.records import WorkflowRecord, WorkflowState
 from prefect_coder.tasks.lost_runs import replaces_tag
 from tests.lab.steps import Step
 
 from .check_fencing import check_fencing
+from .check_outcomes import check_finished
 from .check_people import check_people
 from .check_recovery import check_recovery
 from .coder_requests import Request
@@ -244,3 +246,19 @@ def test_a_changed_prompt_run_the_lab_killed_is_not_judged_but_told() -> None:
     findings = check_people(told)
     assert findings.violations == []
     assert any("the lab killed it" in f for f in findings.figures), findings.figures
+
+
+def test_a_run_cancelled_as_its_workflow_finished_is_the_workflows_end() -> None:
+    """Fleet campaign 33/5: the person cancelled the run 2 s after the workflow's last step
+    began; the workflow finished and the cancel then stopped the run, which ended
+    Cancelled, as asked. The workflow is finished; a run cancelled otherwise is not its end."""
+    record = cancelled_by_a_person()
+    record.cancelled_seen, record.resumed_run, record.finished_first = None, "", True
+    ev = story([record], [begin_run(0, RUN_A, SRC_A)])
+    ev.runs[WF] = [flow_run(RUN_A, "wf · epoch 1", CANCELLED, made=0)]
+    ev.workflows[WF] = WorkflowRecord(
+        tenant="tenant", workflow_id=WF, state=WorkflowState.FINISHED, flow_run_id=RUN_A
+    )
+    assert check_finished(ev).violations == []
+    record.finished_first = False
+    assert check_finished(ev).of("unfinished workflows"), "a cancelled run taken for the end"
