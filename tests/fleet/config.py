@@ -62,8 +62,9 @@ class Timings:
     sweep_interval: int = 20
     #: Generous: a campaign may strand one workflow several times over.
     max_relaunches: int = 10
-    #: A relaunch not begun by then is taken for lost (it may have landed on a host cut
-    #: off from the store) and made again: a run starts in well under this here.
+    #: A relaunch (or any run Pending or Running) not begun by then is taken for lost (it
+    #: may have landed on a host cut off from the store) and made again: a run starts in
+    #: well under this here, on a machine of its own.
     relaunch_start: float = 30.0
     #: A sweep pass lost with its host holds the next passes off this long (the pass's
     #: lease goes stale). Shorter than the sweep interval, so the next pass due takes
