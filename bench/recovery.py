@@ -13,7 +13,13 @@ one step whose turn sleeps on the simulator, waits until the step is under way, 
 
 Measured from the kill: until the relaunch run is created (Prefect's ``created``), and until
 the relaunched run takes the workflow's next epoch in the store (its first durable act).
-Each relaunch is let finish before the next try. Beside them, the clock alone (the 5-minute
+Each relaunch is let finish before the next try.
+
+What it measures, it checks: a try fails unless the relaunch finished the workflow and the
+killed run ended Superseded; a flow-run try unless the crash trigger's pass relaunched it; a
+worker try unless the run's stopped pulse was known first (the pulse trigger's pass, told
+the run, marked it Crashed; Prefect's own heartbeat, 30 s at best, plays no part). And no
+relaunch that finished started a pass by its silence after its end (it said it stopped). Beside them, the clock alone (the 5-minute
 schedule with a 120 s stale heartbeat), from the configuration, not measured.
 
     python -m bench.recovery [--tries 10] [--only worker|flow-run]
@@ -55,11 +61,14 @@ PROMPT = "/sleep 12 take your time"
 TRY_TIMEOUT = 120.0
 #: The shipped YAML's trigger on a run's Crashed (or Cancelled) state.
 CRASH_TRIGGER = "orphan-sweep on a crash or a cancel"
+#: The shipped YAML's trigger on a run whose pulse stopped.
+PULSE_TRIGGER = "orphan-sweep on a run whose pulse stopped"
 
 
-async def one_try(stack: Stack, kind: str) -> tuple[float, float]:
+async def one_try(stack: Stack, kind: str, finished: list[uuid.UUID]) -> tuple[float, float]:
     """(seconds to the relaunch run's creation, seconds to its new epoch); prints where
-    the seconds went (Prefect's record of the dead run and of the sweep that relaunched it)."""
+    the seconds went (Prefect's record of the dead run and of the sweep that relaunched it).
+    The relaunch, once it finished the workflow, is added to ``finished``."""
     client = stack.client
     if not any(w.running for w in stack.workers):
         await stack.start_worker()
@@ -93,8 +102,11 @@ async def one_try(stack: Stack, kind: str) -> tuple[float, float]:
     )
     if kind == "flow-run":  # the worker said Crashed: that event, not a pulse, was first
         assert trigger == CRASH_TRIGGER, trigger
+    else:  # nobody said anything: the run's pulse stopped
+        await known_by_its_stopped_pulse(client, run.id, killed)
     done = await wait_ended(client, relaunch.id, 180.0)
     assert done.state is not None and done.state.type == StateType.COMPLETED, done.state
+    finished.append(relaunch.id)
     dead = await client.read_flow_run(run.id)
     assert dead.state is not None and dead.state.name == "Superseded", dead.state
     print(f"          {await stages(client, run.id, killed, relaunch)} · by {trigger!r}")
@@ -126,6 +138,30 @@ async def relaunching_trigger(client: PrefectClient, workflow_id: str, killed: f
         assert sweep.parameters["because"].startswith("prefect.flow-run.Crashed of run ")
         assert any("prefect.flow-run.Crashed" in line for line in said), said
     return trigger
+
+
+async def known_by_its_stopped_pulse(client: PrefectClient, run: uuid.UUID, killed: float) -> None:
+    """A pass the pulse trigger made after the kill was told the run, and the run was marked
+    Crashed for its stopped pulse. On a loaded machine a pass of Prefect's heartbeat trigger
+    may come too (a heartbeat late while the run lived): the pulse's pass is looked for."""
+    passes = [r for r in await sweep_runs(client) if r.created and r.created.timestamp() > killed]
+    by_pulse = [p for p in passes if p.created_by and p.created_by.display_value == PULSE_TRIGGER]
+    assert by_pulse, [(p.created_by, p.parameters.get("because")) for p in passes]
+    told = by_pulse[0].parameters
+    assert told["because"].startswith("no pulse from run "), told
+    assert told["silent_flow_run"] == f"prefect.flow-run.{run}", told
+    crashed = [s for s in await client.read_flow_run_states(run) if s.type == StateType.CRASHED]
+    assert crashed and "went silent (no pulse from run" in (crashed[0].message or ""), crashed
+
+
+async def no_pass_for_their_silence(client: PrefectClient, finished: list[uuid.UUID]) -> None:
+    """A run that finished its workflow said it stopped pulsing: its silence afterwards (for
+    as long as the later tries ran) started no pass."""
+    names = {f"prefect.flow-run.{run}" for run in finished}
+    told = [
+        p.name for p in await sweep_runs(client) if p.parameters.get("silent_flow_run") in names
+    ]
+    assert not told, f"passes told a finished run went silent: {told}"
 
 
 async def stages(client: PrefectClient, dead: uuid.UUID, killed: float, relaunch: FlowRun) -> str:
@@ -162,13 +198,15 @@ async def main(tries: int, kinds: list[str]) -> None:
         async with managed_processes(root) as procs, recovery_stack(procs, root) as stack:
             await stack.start_worker()
             results: dict[str, list[tuple[float, float]]] = {k: [] for k in kinds}
+            finished: list[uuid.UUID] = []
             for kind in kinds:
                 for n in range(tries):
-                    created, epoch = await one_try(stack, kind)
+                    created, epoch = await one_try(stack, kind, finished)
                     results[kind].append((created, epoch))
                     print(
                         f"{kind:>8} try {n + 1}: relaunch made {created:5.1f} s, epoch {epoch:5.1f} s"
                     )
+            await no_pass_for_their_silence(stack.client, finished)
     print()
     print(f"Recovery from the shipped YAML ({load()}; worker query every {WORKER_QUERY_SECONDS} s)")
     titles = {

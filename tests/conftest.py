@@ -69,7 +69,6 @@ pytest_plugins = ["tests.prefect_harness"]
 _LONG_FIRST = (
     "tests/fleet/test_fleet.py",
     "tests/campaign/test_campaign.py",
-    "tests/integration/test_event_recovery.py",
     "tests/integration/test_readme_fleet.py",
     "tests/docs/test_fleet_commands.py",
     "tests/docs/test_recovery_command.py",

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from uuid import UUID, uuid4
 
 import pytest
-from prefect.client.orchestration import get_client
+from prefect.client.orchestration import PrefectClient, get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterTags
 from prefect.client.schemas.objects import FlowRun, State, StateType
 from prefect.states import Cancelling, Crashed, Failed, Pending, Running, Suspended
@@ -315,3 +318,51 @@ async def test_a_cancelled_run_holding_its_workflow_is_ended_once_the_workflow_i
         ended = (await client.read_flow_run(run.id)).state
     assert ended is not None and ended.type == StateType.CANCELLED, ended
     assert (ended.message or "").endswith("; its workflow was ended for the cancel."), ended
+
+
+async def test_a_run_said_silent_that_pulses_since_is_left_alive(
+    sim: Simulator, coder_env: Path
+) -> None:
+    """A pass its silence started finds the run pulsing (its trigger fired while Prefect's
+    server was away, say, and the run's pulses came after): the run is alive, left Running,
+    and nothing is relaunched. Prefect's own heartbeat plays no part: none is sent here."""
+    run = await a_deployed_run("refund-43", Running())
+    await begun(sim, coder_env, "refund-43", "shop-refunds", flow_run_id=str(run.id))
+    async with get_client() as client:
+        await pulse_heard(client, run.id)
+        summary = await orphan_sweep(
+            target_deployment="shop-refunds",
+            relaunch_start_seconds=0,
+            silent_flow_run=f"prefect.flow-run.{run.id}",
+            because="its pulse stopped",
+        )
+        still = await client.read_flow_run(run.id)
+        relaunches = await client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(tags=FlowRunFilterTags(all_=[replaces_tag(run.id)]))
+        )
+    assert summary["relaunched"] == 0 and relaunches == []
+    assert still.state is not None and still.state.type == StateType.RUNNING, still.state
+
+
+#: The event a live run sends, as the shipped YAML's triggers name it.
+PULSE = "prefect-coder.flow-run.pulse"
+
+
+async def pulse_heard(client: PrefectClient, run_id: UUID) -> None:
+    """A pulse of ``run_id`` sent to Prefect's API now, and read back from its events (the
+    server records events a little after it takes them)."""
+    resource = f"prefect.flow-run.{run_id}"
+    pulse: dict[str, Any] = {
+        "id": str(uuid4()),
+        "occurred": datetime.now(UTC).isoformat(),
+        "event": PULSE,
+        "resource": {"prefect.resource.id": resource},
+    }
+    (await client.request("POST", "/events", json=[pulse])).raise_for_status()
+    wanted = {"event": {"name": [PULSE]}, "resource": {"id": [resource]}}
+    for _ in range(100):
+        found = await client.request("POST", "/events/filter", json={"filter": wanted})
+        if found.json()["events"]:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"Prefect's API never recorded the pulse of run {run_id}")
