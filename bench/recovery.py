@@ -19,8 +19,10 @@ What it measures, it checks: a try fails unless the relaunch finished the workfl
 killed run ended Superseded; a flow-run try unless the crash trigger's pass relaunched it; a
 worker try unless the run's stopped pulse was known first (the pulse trigger's pass, told
 the run, marked it Crashed; Prefect's own heartbeat, 30 s at best, plays no part). And no
-relaunch that finished started a pass by its silence after its end (it said it stopped). Beside them, the clock alone (the 5-minute
-schedule with a 120 s stale heartbeat), from the configuration, not measured.
+relaunch that finished started a pass by its silence after its end (it said it stopped).
+
+Beside them, the clock alone (the 5-minute schedule with a 120 s stale heartbeat), from the
+configuration, not measured.
 
     python -m bench.recovery [--tries 10] [--only worker|flow-run]
 """
@@ -119,7 +121,7 @@ async def relaunching_trigger(client: PrefectClient, workflow_id: str, killed: f
     the clock answered would measure the wrong thing, and fails; so does a workflow two
     passes relaunched. A pass the crash trigger made was told the event, in its
     ``because`` and its log."""
-    passes = [r for r in await sweep_runs(client) if r.created and r.created.timestamp() > killed]
+    passes = await passes_since(client, killed)
     relaunched_by = []
     for sweep in passes:
         assert sweep.created_by is not None and sweep.created_by.type == "AUTOMATION", sweep
@@ -140,11 +142,16 @@ async def relaunching_trigger(client: PrefectClient, workflow_id: str, killed: f
     return trigger
 
 
+async def passes_since(client: PrefectClient, killed: float) -> list[FlowRun]:
+    """The sweep passes made after the kill."""
+    return [r for r in await sweep_runs(client) if r.created and r.created.timestamp() > killed]
+
+
 async def known_by_its_stopped_pulse(client: PrefectClient, run: uuid.UUID, killed: float) -> None:
     """A pass the pulse trigger made after the kill was told the run, and the run was marked
     Crashed for its stopped pulse. On a loaded machine a pass of Prefect's heartbeat trigger
     may come too (a heartbeat late while the run lived): the pulse's pass is looked for."""
-    passes = [r for r in await sweep_runs(client) if r.created and r.created.timestamp() > killed]
+    passes = await passes_since(client, killed)
     by_pulse = [p for p in passes if p.created_by and p.created_by.display_value == PULSE_TRIGGER]
     assert by_pulse, [(p.created_by, p.parameters.get("because")) for p in passes]
     told = by_pulse[0].parameters
@@ -172,7 +179,7 @@ async def stages(client: PrefectClient, dead: uuid.UUID, killed: float, relaunch
     crashed = [s for s in states if s.type == StateType.CRASHED and s.timestamp is not None]
     if crashed:
         marks.append(f"crashed {crashed[0].timestamp.timestamp() - killed:5.1f}")
-    sweeps = [r for r in await sweep_runs(client) if r.created and r.created.timestamp() > killed]
+    sweeps = await passes_since(client, killed)
     if sweeps:
         first = sweeps[0]
         assert first.created is not None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from prefect_coder.examples.refund import refund_order
 from prefect_coder.flows.durable_chat import durable_chat
 from prefect_coder.flows.orphan_sweep import orphan_sweep
 from prefect_coder.tasks.lost_runs import replaces_tag
+from tests.integration.procs import until
 from tests.simulator.wire import Wire
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
@@ -360,9 +360,9 @@ async def pulse_heard(client: PrefectClient, run_id: UUID) -> None:
     }
     (await client.request("POST", "/events", json=[pulse])).raise_for_status()
     wanted = {"event": {"name": [PULSE]}, "resource": {"id": [resource]}}
-    for _ in range(100):
+
+    async def recorded() -> bool:
         found = await client.request("POST", "/events/filter", json={"filter": wanted})
-        if found.json()["events"]:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"Prefect's API never recorded the pulse of run {run_id}")
+        return bool(found.json()["events"])
+
+    await until(recorded, f"Prefect's API to record the pulse of run {run_id}", 10.0, [], 0.1)
