@@ -79,8 +79,8 @@ class WorkflowOutcome:
 
 
 class Children:
-    """The workflow's children: one spawned per planned run ahead of time (Python and
-    Prefect take seconds to import), taken in order; one spawned again if it died waiting."""
+    """The workflow's children: one spawned per planned run ahead of time (ready, it runs
+    at once when let go), taken in order; one spawned again if it died waiting."""
 
     def __init__(self, arena: Arena, plan: WorkflowPlan) -> None:
         self.arena, self.plan = arena, plan

@@ -1,28 +1,33 @@
-"""A crash-test child: ``python -m tests.lab.child '<json>'`` runs one flow with ``params``.
+"""A crash-test child: one flow run with ``params``, in a process the fork server made
+(tests/lab/forkserver.py) with everything already imported.
 
 The flow is ``params["flow"]`` as ``module:function`` (for instance
 ``prefect_coder.examples.refund:refund_order``), ``durable_chat`` when absent; every
 other parameter goes to it. Everything else comes from the environment the test
 hands it (the simulator's ``CODER_*`` variables, ``PREFECT_CODER_SQLITE_PATH``,
 ``PAYMENTS_URL``, the shared ``PREFECT_API_URL`` and ``PREFECT_HOME``). The child
-imports everything first, then prints :data:`READY` and waits for a ``go`` line on
-stdin, so a test can start the process that will rerun a workflow before it
-crashes the one running it (Python and Prefect take seconds to import). On success
-it prints one line, :data:`RESULT_PREFIX` followed by what the flow returned as JSON
-(``durable_chat``: its step results); a test that crashes it kills it (SIGKILL, its
-whole process group) long before that.
+prints :data:`READY`, then waits for :data:`GO` (a signal), so a test can have the
+process that will rerun a workflow ready before it crashes the one running it;
+:data:`NOT_NEEDED` ends it instead. On success it prints one line,
+:data:`RESULT_PREFIX` followed by what the flow returned as JSON (``durable_chat``:
+its step results); a test that crashes it kills it (SIGKILL, its whole process
+group) long before that.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import sys
+import signal
 from typing import Any
 
 RESULT_PREFIX = "CRASH-CHILD-RESULTS "
 READY = "CRASH-CHILD-READY"
-GO = "go"
+#: Run the flow now.
+GO = signal.SIGUSR1
+#: The test ended without needing this child: exit 0.
+NOT_NEEDED = signal.SIGUSR2
+SIGNALS = (GO, NOT_NEEDED)
 #: The flow a child runs when its parameters name none.
 DURABLE_CHAT = "prefect_coder.flows.durable_chat:durable_chat"
 
@@ -69,16 +74,13 @@ async def flow_params(flow: Any, params: dict[str, Any]) -> dict[str, Any]:
     return flat
 
 
-def main(argv: list[str]) -> int:
-    params = json.loads(argv[1])
-    load_flow(flow_path(params))  # the slow part, done before the signal
+def main(params: dict[str, Any]) -> int:
+    """The child's life; :data:`SIGNALS` are blocked (the fork server blocked them)."""
+    load_flow(flow_path(params))  # imported already, unless the server did not preload it
     print(READY, flush=True)
-    if sys.stdin.readline().strip() != GO:
-        return 0  # the test ended without needing this child
+    if signal.sigwait(SIGNALS) != GO:
+        return 0
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
     returned = asyncio.run(run(params))
     print(RESULT_PREFIX + json.dumps(returned), flush=True)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

@@ -1,7 +1,8 @@
 """The crash lab: real child processes running a flow (``durable_chat`` unless told), killed with SIGKILL.
 
-Every child runs ``python -m tests.lab.child '<json>'`` in its own session (so
-its process group holds everything it started) against the test's simulator and
+Every child is a process the fork server made (tests/lab/forkserver.py), in its own
+session (so its process group holds everything it started), running
+tests/lab/child.py against the test's simulator and
 payments fake, the session's one Prefect test API, one ``PREFECT_HOME`` (the step
 result cache) and one SQLite store shared by all children of a test. A crash is
 ``os.killpg(pgid, SIGKILL)``: no ``finally``, no shutdown hook runs. Whatever is
@@ -15,7 +16,6 @@ import contextlib
 import json
 import os
 import signal
-import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +24,10 @@ from typing import Any
 from coder_chat.simulator import Simulator
 from prefect_coder.payments import Ledger
 
-from .child import GO, READY, RESULT_PREFIX
+from . import forked
+from .child import READY, RESULT_PREFIX
+from .forked import Forked
 
-ROOT = Path(__file__).resolve().parents[2]
 CHARGE_CARD = "prefect_coder.demo_tools:charge_card"
 #: How long a child may take to reach a crash point (a cold Python + Prefect start included).
 REACH_TIMEOUT = 90.0
@@ -43,7 +44,7 @@ class Child:
     """One child process and where its output went."""
 
     name: str
-    proc: asyncio.subprocess.Process
+    proc: Forked
     stdout: Path
     stderr: Path
     #: The child's parameters as canonical JSON.
@@ -145,19 +146,7 @@ class CrashLab:
         """
         name = f"child-{len(self.children) + 1}"
         out, err = self.root / f"{name}.out", self.root / f"{name}.err"
-        with out.open("wb") as stdout, err.open("wb") as stderr:
-            proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "tests.lab.child",
-                json.dumps(params),
-                cwd=ROOT,
-                env=self.env(env),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=stdout,
-                stderr=stderr,
-                start_new_session=True,
-            )
+        proc = await asyncio.to_thread(forked.fork, params, self.env(env), out, err)
         child = Child(
             name,
             proc,
@@ -176,9 +165,7 @@ class CrashLab:
 
     def go(self, child: Child) -> Child:
         """Let a spawned child run its workflow."""
-        assert child.proc.stdin is not None
-        child.proc.stdin.write(f"{GO}\n".encode())
-        child.proc.stdin.close()
+        child.proc.go()
         child.started = True
         return child
 
@@ -272,8 +259,8 @@ class CrashLab:
 
     async def close(self) -> None:
         for child in self.children:
-            if child.proc.stdin is not None and not child.proc.stdin.is_closing():
-                child.proc.stdin.close()  # a spawned child never let go exits on its own
+            if not child.started:
+                child.proc.not_needed()  # a spawned child never let go exits on its own
             if child.running:
                 self._kill(child)
                 with contextlib.suppress(ProcessLookupError):
