@@ -29,7 +29,7 @@ from .child import READY, RESULT_PREFIX
 from .forked import Forked
 
 CHARGE_CARD = "prefect_coder.demo_tools:charge_card"
-#: How long a child may take to reach a crash point (a cold Python + Prefect start included).
+#: How long a child may take to reach a crash point (the fork server's first start included).
 REACH_TIMEOUT = 90.0
 #: How long a recovering child may take to finish its whole workflow.
 FINISH_TIMEOUT = 120.0
@@ -175,7 +175,7 @@ class CrashLab:
         """A fresh process running ``durable_chat(**params)`` (or ``params["flow"]``) from now on.
 
         ``reruns`` spawns that many more children with the same parameters, which
-        import Python and Prefect while this one runs; a later ``start`` with the same
+        wait, ready, while this one runs; a later ``start`` with the same
         parameters (and ``env``) takes one of them (still a process that has done
         nothing yet). ``durable_chat`` gets short time limits unless told otherwise.
         """
