@@ -10,6 +10,7 @@ import signal
 from prefect import flow
 from prefect.settings import get_current_settings
 
+from tests.lab.child import READY
 from tests.lab.children import CrashLab
 
 WHAT_PREFECT_READS = "tests.crash.test_forked_children:what_prefect_reads"
@@ -43,7 +44,9 @@ async def test_each_child_runs_with_its_own_environment(lab: CrashLab) -> None:
 
 
 async def test_a_child_ends_as_the_lab_says(lab: CrashLab) -> None:
-    unneeded = await lab.ready(await lab.spawn(flow=WHAT_PREFECT_READS))
+    spawned = await lab.spawn(flow=WHAT_PREFECT_READS)
+    assert spawned.output() in ("", f"{READY}\n")  # readable at once, as a polling lab reads it
+    unneeded = await lab.ready(spawned)
     killed = await lab.ready(await lab.spawn(flow=WHAT_PREFECT_READS))
     unneeded.proc.not_needed()
     await lab.crash(killed)

@@ -74,6 +74,8 @@ def fork(params: Mapping[str, Any], env: Mapping[str, str], stdout: Path, stderr
 
 def _fork(params: Mapping[str, Any], env: Mapping[str, str], stdout: Path, stderr: Path) -> Forked:
     server = _running_server(env)
+    for output in (stdout, stderr):
+        output.write_bytes(b"")  # there from the start: the lab reads them before the child runs
     exit_file = stdout.with_suffix(".exit")
     request: Request = {
         "params": dict(params),

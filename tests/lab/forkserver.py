@@ -47,7 +47,7 @@ PRELOADED = (
 class Request(TypedDict):
     params: dict[str, Any]  # the flow's parameters (see tests/lab/child.py)
     env: dict[str, str]  # the child's whole environment
-    stdout: str  # files its output goes to
+    stdout: str  # files its output goes to (made by the lab, so there before the child runs)
     stderr: str
     exit: str  # where the server writes its exit code once it ended
 
@@ -109,8 +109,8 @@ def become(request: Request) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
     stdin = os.open(os.devnull, os.O_RDONLY)
-    stdout = os.open(request["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    stderr = os.open(request["stderr"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    stdout = os.open(request["stdout"], os.O_WRONLY | os.O_APPEND)  # the lab made them
+    stderr = os.open(request["stderr"], os.O_WRONLY | os.O_APPEND)
     for fd, target in ((stdin, 0), (stdout, 1), (stderr, 2)):
         os.dup2(fd, target)
         os.close(fd)
