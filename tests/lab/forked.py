@@ -44,6 +44,7 @@ class Forked:
 
     async def wait(self) -> int:
         while (code := self.returncode) is None:
+            # Once the server has ended, no one reaps the child: read its file a last time.
             if self._server.poll() is not None and self.returncode is None:
                 raise RuntimeError(f"the fork server ended before child {self.pid}")
             await asyncio.sleep(0.01)
@@ -56,8 +57,11 @@ class Forked:
         self._signal(NOT_NEEDED)
 
     def _signal(self, number: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, number)
+        # An ended child's pid is reaped and may be another process's by now: signal the
+        # living only (GO and NOT_NEEDED would kill a process not waiting for them).
+        if self.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, number)
 
 
 _server: subprocess.Popen[str] | None = None
